@@ -1,0 +1,39 @@
+# The developer loop. CI runs `make test` verbatim (.ci/run).
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test unit lint typecheck integration e2e bench proto clean
+
+$(STAMP): pyproject.toml
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+## Set up everything and run the main job on the embedded default.
+demo: $(STAMP)
+	$(BIN)/kubegpu demo
+
+## The whole test command: lint, types, layer contracts, unit + integration (+ e2e where the rig runs).
+test: $(STAMP) lint typecheck
+	$(BIN)/python -m pytest -q tests
+
+## Fast loop: the pure core and adapters' unit tests only.
+unit: $(STAMP)
+	$(BIN)/python -m pytest -q tests/unit
+
+lint: $(STAMP)
+	$(BIN)/ruff check src tests bench
+	$(BIN)/ruff format --check src tests bench
+	$(BIN)/lint-imports
+
+typecheck: $(STAMP)
+	$(BIN)/mypy
+
+bench: $(STAMP)
+	$(BIN)/python bench/allocate_bench.py
+
+clean:
+	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache

@@ -1,0 +1,1 @@
+"""The seed's arithmetic (placeholder until the foundation lands)."""

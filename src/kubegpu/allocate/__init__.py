@@ -1,0 +1,1 @@
+"""allocate layer (see docs/architecture.md)."""

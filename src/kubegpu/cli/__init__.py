@@ -1,0 +1,1 @@
+"""Command line: thin typer commands that parse, call the library and render."""

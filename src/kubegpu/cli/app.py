@@ -1,0 +1,54 @@
+"""The ``kubegpu`` command: one typer app, each command group registered from its own module.
+
+``main`` is the only place where a ``KubegpuError`` becomes a one-line message and an exit code;
+commands never print tracebacks. Usage errors (unknown flags, bad values) exit 2.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import click
+import typer
+
+from kubegpu.cli import agent, alloc, demo, doctor, mig, plan, sim, topo
+from kubegpu.errors import KubegpuError
+
+app = typer.Typer(
+    name="kubegpu",
+    help="Get NVIDIA GPUs into Kubernetes pods, correctly and efficiently, and say what is broken.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+    rich_markup_mode="rich",
+)
+
+
+def _register_all() -> None:
+    # Each module owns its commands; the order here is the order in --help.
+    for module in (demo, topo, alloc, mig, plan, sim, doctor, agent):
+        module.register(app)
+
+
+_register_all()
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Run the CLI; turn kubegpu errors into one line on stderr and a non-zero exit code."""
+    try:
+        rv = app(args=argv, standalone_mode=False)
+    except click.exceptions.UsageError as exc:
+        exc.show()
+        sys.exit(2)
+    except click.exceptions.Abort:
+        print("kubegpu: aborted", file=sys.stderr)
+        sys.exit(130)
+    except KubegpuError as exc:
+        print(f"kubegpu: error: {exc}", file=sys.stderr)
+        sys.exit(exc.exit_code)
+    except KeyboardInterrupt:
+        print("kubegpu: interrupted", file=sys.stderr)
+        sys.exit(130)
+    except BrokenPipeError:
+        sys.exit(1)
+    sys.exit(rv if isinstance(rv, int) else 0)

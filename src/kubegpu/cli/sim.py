@@ -1,0 +1,10 @@
+"""`kubegpu sim`: not built yet (see the issue tracker)."""
+
+from __future__ import annotations
+
+import typer
+
+
+def register(app: typer.Typer) -> None:
+    """Register nothing until the command exists."""
+    del app

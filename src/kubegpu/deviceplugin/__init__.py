@@ -1,0 +1,1 @@
+"""deviceplugin layer (see docs/architecture.md)."""

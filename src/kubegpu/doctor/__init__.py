@@ -1,0 +1,1 @@
+"""doctor layer (see docs/architecture.md)."""

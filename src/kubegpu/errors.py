@@ -1,0 +1,72 @@
+"""One exception hierarchy for everything kubegpu tells a user went wrong.
+
+Every message is written for the person at the terminal: it names the file, line, key or device that
+is wrong and, where one exists, what to do about it. The command line turns a ``KubegpuError`` into a
+single line on stderr and the exit code the class carries; anything else reaching the user is a bug.
+
+::
+
+    KubegpuError                  exit 1  base class
+    ├── InputError                exit 2  bad user input (flags, files, specs, captures)
+    │   ├── SpecError                     a node spec or builtin name is wrong
+    │   ├── TopologyParseError            an ``nvidia-smi topo -m`` capture cannot be read
+    │   ├── ConfigError                   an agent/plugin config file or value is wrong
+    │   └── TraceError                    a cluster trace CSV is wrong
+    ├── AllocationError           exit 1  a device request cannot be satisfied
+    ├── MigLayoutError            exit 1  a MIG layout breaks the placement rules
+    └── SourceError               exit 1  a GPU source (NVML, the host) cannot be read
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "AllocationError",
+    "ConfigError",
+    "InputError",
+    "KubegpuError",
+    "MigLayoutError",
+    "SourceError",
+    "SpecError",
+    "TopologyParseError",
+    "TraceError",
+]
+
+
+class KubegpuError(Exception):
+    """Base of every error kubegpu raises on purpose; ``exit_code`` is what the CLI exits with."""
+
+    exit_code: int = 1
+
+
+class InputError(KubegpuError):
+    """The user gave input that cannot be used: a flag, a file, a value."""
+
+    exit_code = 2
+
+
+class SpecError(InputError):
+    """A node spec (YAML file or ``builtin:NAME``) is malformed or inconsistent."""
+
+
+class TopologyParseError(InputError):
+    """An ``nvidia-smi topo -m`` capture cannot be parsed; the message names the line."""
+
+
+class ConfigError(InputError):
+    """A configuration file or value is invalid; the message names the key path and allowed values."""
+
+
+class TraceError(InputError):
+    """A cluster trace file is malformed; the message names file, line and column."""
+
+
+class AllocationError(KubegpuError):
+    """A device request cannot be satisfied (not enough devices, unknown must-include devices...)."""
+
+
+class MigLayoutError(KubegpuError):
+    """A MIG layout breaks the placement rules; the message says which profile and why."""
+
+
+class SourceError(KubegpuError):
+    """A source of GPUs (NVML, the host) failed in a way the user must act on."""

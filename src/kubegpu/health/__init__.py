@@ -1,0 +1,1 @@
+"""health layer (see docs/architecture.md)."""

@@ -1,0 +1,1 @@
+"""sim layer (see docs/architecture.md)."""
