@@ -1,0 +1,1 @@
+"""Composes a node agent: source -> inventory -> device plugin servers (not built yet)."""
