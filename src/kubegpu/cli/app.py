@@ -24,6 +24,14 @@ app = typer.Typer(
 )
 
 
+@app.command("version")
+def version() -> None:
+    """Print the kubegpu version."""
+    from kubegpu import __version__
+
+    typer.echo(__version__)
+
+
 def _register_all() -> None:
     # Each module owns its commands; the order here is the order in --help.
     for module in (demo, topo, alloc, mig, plan, sim, doctor, agent):
