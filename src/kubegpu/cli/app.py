@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import sys
 
-import click
 import typer
 
 from kubegpu.cli import agent, alloc, demo, doctor, mig, plan, sim, topo
@@ -42,15 +41,13 @@ _register_all()
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Run the CLI; turn kubegpu errors into one line on stderr and a non-zero exit code."""
+    """Run the CLI; turn kubegpu errors into one line on stderr and a non-zero exit code.
+
+    typer (click) itself reports usage errors (exit 2); everything kubegpu raises on purpose is a
+    ``KubegpuError`` and is reported here as one line.
+    """
     try:
-        rv = app(args=argv, standalone_mode=False)
-    except click.exceptions.UsageError as exc:
-        exc.show()
-        sys.exit(2)
-    except click.exceptions.Abort:
-        print("kubegpu: aborted", file=sys.stderr)
-        sys.exit(130)
+        app(args=argv, prog_name="kubegpu")
     except KubegpuError as exc:
         print(f"kubegpu: error: {exc}", file=sys.stderr)
         sys.exit(exc.exit_code)
@@ -59,4 +56,3 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(130)
     except BrokenPipeError:
         sys.exit(1)
-    sys.exit(rv if isinstance(rv, int) else 0)
