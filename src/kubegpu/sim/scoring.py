@@ -1,0 +1,421 @@
+"""Placement scoring: how good each node is for one pod, vectorised over nodes with numpy.
+
+This module is the part of the simulator a scheduler extender reuses unchanged: it depends on
+numpy and the standard library only, takes plain arrays describing the candidate nodes
+(``NodeArrays``) and one pod (``PodRequest``), and returns one score per node (``-inf`` where the
+pod does not fit) and the GPU a shared pod would take. Higher scores win.
+
+The baselines follow the FGD paper's simulator plugins exactly, integer truncations included
+(they decide ties, and ties decide results): ``fgd`` (fragmentation gradient descent),
+``bestfit``, ``dotprod`` (Tetris), ``packing``, ``clustering`` and ``random``. ``kubegpu`` is
+kubegpu's own score, documented at ``score_kubegpu``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from enum import Enum
+
+import numpy as np
+import numpy.typing as npt
+
+__all__ = [
+    "CLASS_SHARED",
+    "MAX_SPEC_CPU_MILLI",
+    "MAX_SPEC_GPU_MILLI",
+    "MILLI",
+    "NodeArrays",
+    "Policy",
+    "PodRequest",
+    "Scores",
+    "TypicalShapes",
+    "fragmentation",
+    "pod_class",
+    "score_nodes",
+    "typical_shapes",
+]
+
+MILLI = 1000
+# The artifact normalises by its largest node (128 cores, 8 GPUs) in DotProd, BestFit, Clustering.
+MAX_SPEC_CPU_MILLI = 128_000
+MAX_SPEC_GPU_MILLI = 8_000
+CLASS_SHARED = 0  # pod class column for shared (fractional) pods; k-GPU pods use column k
+N_CLASSES = 17
+
+IntArray = npt.NDArray[np.int64]
+FloatArray = npt.NDArray[np.float64]
+BoolArray = npt.NDArray[np.bool_]
+
+
+class Policy(str, Enum):
+    """The placement policies the simulator knows."""
+
+    RANDOM = "random"
+    DOTPROD = "dotprod"
+    CLUSTERING = "clustering"
+    PACKING = "packing"
+    BESTFIT = "bestfit"
+    FGD = "fgd"
+    KUBEGPU = "kubegpu"
+
+
+@dataclass(frozen=True, kw_only=True, eq=False)
+class NodeArrays:
+    """State of R candidate nodes, one row each.
+
+    ``gpu_free_milli`` is R x G with G the widest node; columns past a node's ``gpu_count`` are 0.
+    ``model_index`` indexes the model table the ``PodRequest.model_ok`` masks refer to.
+    ``class_counts`` counts placed GPU pods per class (column 0 shared, k for k-GPU pods).
+    ``frag_milli`` is each node's current fragmentation (``fragmentation``) for FGD-style scores.
+    """
+
+    cpu_left_milli: IntArray
+    memory_left_mib: IntArray
+    gpu_free_milli: IntArray
+    gpu_count: IntArray
+    model_index: IntArray
+    class_counts: IntArray
+    frag_milli: FloatArray
+
+    def take(self, rows: IntArray) -> NodeArrays:
+        return NodeArrays(
+            cpu_left_milli=self.cpu_left_milli[rows],
+            memory_left_mib=self.memory_left_mib[rows],
+            gpu_free_milli=self.gpu_free_milli[rows],
+            gpu_count=self.gpu_count[rows],
+            model_index=self.model_index[rows],
+            class_counts=self.class_counts[rows],
+            frag_milli=self.frag_milli[rows],
+        )
+
+
+@dataclass(frozen=True, kw_only=True, eq=False)
+class PodRequest:
+    """One pod: CPU, memory, GPU count and per-GPU milli, and the GPU models it accepts."""
+
+    cpu_milli: int
+    memory_mib: int
+    num_gpu: int
+    gpu_milli: int
+    model_ok: BoolArray  # indexed by NodeArrays.model_index
+
+    @property
+    def shared(self) -> bool:
+        return self.num_gpu == 1 and self.gpu_milli < MILLI
+
+
+@dataclass(frozen=True, kw_only=True)
+class Scores:
+    """Per-node score (``-inf`` = does not fit) and the GPU chosen for a shared pod (else -1)."""
+
+    score: FloatArray
+    gpu: IntArray
+
+
+@dataclass(frozen=True, kw_only=True, eq=False)
+class TypicalShapes:
+    """The target workload M of FGD: the popular pod shapes and their popularity (sums to 1).
+
+    Only GPU shapes are stored; CPU-only shapes always count all idle GPU as fragmented, so they
+    need no arrays (their weight is ``1 - popularity.sum()``).
+    """
+
+    cpu_milli: IntArray
+    gpu_milli: IntArray
+    num_gpu: IntArray
+    model_ok: BoolArray  # shapes x models
+    popularity: FloatArray
+    unique_milli: IntArray
+    milli_slot: IntArray  # index of each shape's gpu_milli in unique_milli
+    count: int  # number of shapes including CPU-only ones
+    coverage: float  # fraction of pods the shapes cover
+
+
+def pod_class(num_gpu: int, gpu_milli: int) -> int:
+    """Class column for GpuClustering: 0 for shared pods, k for k whole GPUs, -1 for CPU-only."""
+    if num_gpu == 0:
+        return -1
+    if num_gpu == 1 and gpu_milli < MILLI:
+        return CLASS_SHARED
+    return num_gpu
+
+
+def typical_shapes(
+    shapes: Sequence[tuple[int, int, int, BoolArray, object]],
+    counts: Sequence[int],
+    *,
+    n_models: int,
+    coverage: float = 0.95,
+) -> TypicalShapes:
+    """Pick the target workload: shapes ``(cpu, gpu_milli, num_gpu, model_ok, key)`` by count.
+
+    Sorted by count, descending (ties: larger CPU, milli, GPU count, key first, as the artifact's
+    reverse sort does), taken until the cumulative count reaches ``coverage`` of all pods (the
+    shape that crosses the threshold is included), then renormalised to popularities summing to 1.
+    """
+    total = float(sum(counts))
+    order = sorted(
+        range(len(shapes)),
+        key=lambda i: (counts[i], shapes[i][0], shapes[i][1], shapes[i][2], str(shapes[i][4])),
+        reverse=True,
+    )
+    chosen: list[int] = []
+    cum = 0.0
+    for i in order:
+        if cum >= coverage * total:
+            break
+        chosen.append(i)
+        cum += counts[i]
+    gpu = [i for i in chosen if shapes[i][2] > 0]
+    cpu = np.array([shapes[i][0] for i in gpu], dtype=np.int64)
+    milli = np.array([shapes[i][1] for i in gpu], dtype=np.int64)
+    num = np.array([shapes[i][2] for i in gpu], dtype=np.int64)
+    ok = (
+        np.array([shapes[i][3] for i in gpu], dtype=bool).reshape(len(gpu), n_models)
+        if gpu
+        else np.zeros((0, n_models), dtype=bool)
+    )
+    pop = np.array([counts[i] / cum for i in gpu], dtype=np.float64)
+    unique = np.unique(milli)
+    slot = np.searchsorted(unique, milli).astype(np.int64)
+    return TypicalShapes(
+        cpu_milli=cpu,
+        gpu_milli=milli,
+        num_gpu=num,
+        model_ok=ok,
+        popularity=pop,
+        unique_milli=unique.astype(np.int64),
+        milli_slot=slot,
+        count=len(chosen),
+        coverage=cum / total if total else 0.0,
+    )
+
+
+def fragmentation(
+    gpu_free_milli: IntArray, cpu_left_milli: IntArray, model_index: IntArray, shapes: TypicalShapes
+) -> FloatArray:
+    """FGD's expected fragmentation F_n(M) of each row, in milli-GPU.
+
+    For each typical shape m: all idle GPU counts if m is CPU-only, its model is not allowed, or it
+    does not fit (too few GPUs with enough room, or too little CPU); otherwise only the GPUs with less
+    room than m's per-GPU milli count. Weighted by popularity. Memory is ignored (as in the paper).
+    """
+    idle = gpu_free_milli.sum(axis=1).astype(np.float64)
+    if shapes.popularity.size == 0:
+        return idle
+    free = gpu_free_milli[:, None, :]
+    ge = free >= shapes.unique_milli[None, :, None]
+    room = (free * ge).sum(axis=2)[:, shapes.milli_slot]
+    fits = ge.sum(axis=2)[:, shapes.milli_slot] >= shapes.num_gpu
+    fits &= cpu_left_milli[:, None] >= shapes.cpu_milli
+    fits &= shapes.model_ok[:, model_index].T
+    result: FloatArray = idle - (fits * room) @ shapes.popularity
+    return result
+
+
+# -- helpers shared by the policies ----------------------------------------------------------
+
+
+def feasible(nodes: NodeArrays, pod: PodRequest) -> BoolArray:
+    """Where the pod fits: CPU, memory, GPU model, and enough GPUs with enough free milli."""
+    ok: BoolArray = (nodes.cpu_left_milli >= pod.cpu_milli) & (nodes.memory_left_mib >= pod.memory_mib)
+    if pod.num_gpu > 0:
+        ok &= pod.model_ok[nodes.model_index]
+        ok &= (nodes.gpu_free_milli >= pod.gpu_milli).sum(axis=1) >= pod.num_gpu
+    return ok
+
+
+def best_fit_gpu(nodes: NodeArrays, pod: PodRequest) -> IntArray:
+    """The artifact's default GPU choice for a shared pod: tightest fit, lowest index on ties."""
+    if not pod.shared:
+        return np.full(len(nodes.gpu_count), -1, dtype=np.int64)
+    free = nodes.gpu_free_milli
+    key = np.where(free >= pod.gpu_milli, free, MILLI + 1)
+    gpu: IntArray = key.argmin(axis=1).astype(np.int64)
+    return gpu
+
+
+def take_whole(free: IntArray, count: int) -> IntArray:
+    """``free`` after giving each row's ``count`` lowest-index fully free GPUs to a pod."""
+    full = free == MILLI
+    taken = full & (np.cumsum(full, axis=1) <= count)
+    out: IntArray = np.where(taken, 0, free)
+    return out
+
+
+def _finish(ok: BoolArray, raw: FloatArray | IntArray, gpu: IntArray) -> Scores:
+    score = np.where(ok, raw.astype(np.float64), -np.inf)
+    return Scores(score=score, gpu=gpu)
+
+
+# -- the artifact's baselines ----------------------------------------------------------------
+
+
+def score_random(nodes: NodeArrays, pod: PodRequest, shapes: TypicalShapes) -> Scores:
+    """Every feasible node scores 0; the replay picks one uniformly (and a random fitting GPU)."""
+    del shapes
+    ok = feasible(nodes, pod)
+    return _finish(ok, np.zeros(len(ok)), np.full(len(ok), -1, dtype=np.int64))
+
+
+def score_dotprod(nodes: NodeArrays, pod: PodRequest, shapes: TypicalShapes) -> Scores:
+    """Tetris: 100 * (1 - <free, request> / 2) over [CPU, GPU] normalised by the largest node."""
+    del shapes
+    ok = feasible(nodes, pod)
+    n0 = nodes.cpu_left_milli / float(MAX_SPEC_CPU_MILLI)
+    n1 = nodes.gpu_free_milli.sum(axis=1) / float(MAX_SPEC_GPU_MILLI)
+    p0 = pod.cpu_milli / float(MAX_SPEC_CPU_MILLI)
+    p1 = (pod.gpu_milli * pod.num_gpu) / float(MAX_SPEC_GPU_MILLI)
+    dot = (n0 * p0 + n1 * p1) / 2.0
+    raw = np.trunc(100.0 * (1.0 - dot))
+    return _finish(ok, raw, best_fit_gpu(nodes, pod))
+
+
+def score_bestfit(nodes: NodeArrays, pod: PodRequest, shapes: TypicalShapes) -> Scores:
+    """BestFit: 100 * (1 - [(free CPU - req) / 128 cores + (free GPU - req) / 8 GPUs] / 2).
+
+    The artifact then min-max normalises the integer scores across nodes; that keeps exactly the
+    same set of best nodes, so the raw integer score is returned.
+    """
+    del shapes
+    ok = feasible(nodes, pod)
+    cpu = (nodes.cpu_left_milli - pod.cpu_milli) / float(MAX_SPEC_CPU_MILLI) * 0.5
+    gpu = (nodes.gpu_free_milli.sum(axis=1) - pod.gpu_milli * pod.num_gpu) / float(MAX_SPEC_GPU_MILLI) * 0.5
+    raw = np.trunc((1.0 - (cpu + gpu)) * 100.0)
+    return _finish(ok, raw, best_fit_gpu(nodes, pod))
+
+
+def score_packing(nodes: NodeArrays, pod: PodRequest, shapes: TypicalShapes) -> Scores:
+    """GpuPacking: shared GPUs first (50..100), then free GPUs of a used node (33..50), then empty nodes.
+
+    CPU-only pods score 0 everywhere.
+    """
+    del shapes
+    ok = feasible(nodes, pod)
+    rows = len(ok)
+    if pod.num_gpu == 0:
+        return _finish(ok, np.zeros(rows), np.full(rows, -1, dtype=np.int64))
+    free = nodes.gpu_free_milli
+    fully_free = (free == MILLI).sum(axis=1)
+    empty = fully_free == nodes.gpu_count
+    case3 = np.maximum(33 - fully_free, fully_free)
+    gpu = best_fit_gpu(nodes, pod)
+    if pod.shared:
+        chosen = free[np.arange(rows), np.maximum(gpu, 0)]
+        uses_free = chosen == MILLI
+        case1 = np.maximum(100 - (chosen * 100 // MILLI) // 10, 50)
+        case2 = np.full(rows, 49)
+        raw = np.where(empty, case3, np.where(uses_free, case2, case1))
+    else:
+        raw = np.where(empty, case3, max(50 - pod.num_gpu, 33))
+    return _finish(ok, raw, gpu)
+
+
+def score_clustering(nodes: NodeArrays, pod: PodRequest, shapes: TypicalShapes) -> Scores:
+    """GpuClustering: bands by the classes of GPU pods already on the node, fuller nodes higher.
+
+    Same class only: 75..100; mixed classes including it: 50..75; idle node: 25..50; only other
+    classes: 0..25. CPU-only pods score 0 everywhere.
+    """
+    del shapes
+    ok = feasible(nodes, pod)
+    rows = len(ok)
+    cls = pod_class(pod.num_gpu, pod.gpu_milli)
+    if cls < 0:
+        return _finish(ok, np.zeros(rows), np.full(rows, -1, dtype=np.int64))
+    left = nodes.gpu_free_milli.sum(axis=1)
+    base = 25 * (MAX_SPEC_GPU_MILLI - left) // MAX_SPEC_GPU_MILLI
+    present = (nodes.class_counts > 0).sum(axis=1)
+    mine = nodes.class_counts[:, cls] > 0
+    band = np.where(mine, np.where(present == 1, 75, 50), np.where(present == 0, 25, 0))
+    return _finish(ok, base + band, best_fit_gpu(nodes, pod))
+
+
+def _fgd_after(
+    nodes: NodeArrays, pod: PodRequest, ok: BoolArray, shapes: TypicalShapes
+) -> tuple[FloatArray, IntArray]:
+    """Fragmentation decrease (before - after) per node and the GPU a shared pod would take.
+
+    Shared pods are tried on every GPU with room (GPUs with equal free milli give the same state,
+    so only the first of each is evaluated); the best decrease wins, the lowest index on ties.
+    Whole-GPU and CPU-only pods have one after-state.
+    """
+    rows = len(ok)
+    free = nodes.gpu_free_milli
+    cpu_after = nodes.cpu_left_milli - pod.cpu_milli
+    delta = np.full(rows, -np.inf)
+    gpu = np.full(rows, -1, dtype=np.int64)
+    idx = np.flatnonzero(ok)
+    if idx.size == 0:
+        return delta, gpu
+    if not pod.shared:
+        after = take_whole(free[idx], pod.num_gpu) if pod.num_gpu else free[idx]
+        frag = fragmentation(after, cpu_after[idx], nodes.model_index[idx], shapes)
+        delta[idx] = nodes.frag_milli[idx] - frag
+        return delta, gpu
+    sub = free[idx]
+    width = sub.shape[1]
+    earlier_same = (sub[:, :, None] == sub[:, None, :]) & np.tri(width, width, -1, dtype=bool)[None, :, :]
+    cand = (sub >= pod.gpu_milli) & ~earlier_same.any(axis=2)
+    rr, gg = np.nonzero(cand)
+    after = sub[rr].copy()
+    after[np.arange(len(rr)), gg] -= pod.gpu_milli
+    node_rows = idx[rr]
+    frag = fragmentation(after, cpu_after[node_rows], nodes.model_index[node_rows], shapes)
+    table = np.full(sub.shape, -np.inf)
+    table[rr, gg] = nodes.frag_milli[node_rows] - frag
+    # the artifact compares integer scores per GPU, so equal integer scores go to the first GPU
+    table_int = np.where(cand, np.floor(_sigmoid100(table)), -1.0)
+    best = table_int.argmax(axis=1)
+    delta[idx] = table[np.arange(len(idx)), best]
+    gpu[idx] = best
+    return delta, gpu
+
+
+def _sigmoid100(delta: FloatArray) -> FloatArray:
+    with np.errstate(over="ignore"):
+        out: FloatArray = (1.0 / (1.0 + np.exp(-delta / 1000.0))) * 100.0
+    return out
+
+
+def score_fgd(nodes: NodeArrays, pod: PodRequest, shapes: TypicalShapes) -> Scores:
+    """FGD: floor(100 * sigmoid(fragmentation decrease / 1000)), an integer 0..100."""
+    ok = feasible(nodes, pod)
+    delta, gpu = _fgd_after(nodes, pod, ok, shapes)
+    return _finish(ok, np.floor(_sigmoid100(delta)), gpu)
+
+
+def score_kubegpu(nodes: NodeArrays, pod: PodRequest, shapes: TypicalShapes) -> Scores:
+    """kubegpu: FGD's fragmentation decrease, then consolidation, then tightness, as one float.
+
+    The primary key is the fragmentation decrease in whole milli-GPU (so changes below 1 milli,
+    float noise, do not separate nodes). Ties on it, which are common, go to the node with the
+    least idle GPU, then the least free CPU: the same consolidation that the artifact obtains
+    from tie-breaking by node name, but expressed in the score itself, so a scheduler that breaks
+    ties at random (kube-scheduler does) keeps it. Nodes left tied after that are in the same
+    state, so the choice among them does not matter.
+    """
+    ok = feasible(nodes, pod)
+    delta, gpu = _fgd_after(nodes, pod, ok, shapes)
+    primary = np.round(delta)
+    idle = nodes.gpu_free_milli.sum(axis=1)
+    # idle < 16,001 milli and cpu < 2^20 milli: both fit below one unit of the primary key
+    secondary = (16_001 - idle) / 16_002.0 + (1 << 20) / ((1 << 20) + nodes.cpu_left_milli) * 1e-6
+    return _finish(ok, primary + secondary, gpu)
+
+
+SCORERS: dict[Policy, Callable[[NodeArrays, PodRequest, TypicalShapes], Scores]] = {
+    Policy.RANDOM: score_random,
+    Policy.DOTPROD: score_dotprod,
+    Policy.CLUSTERING: score_clustering,
+    Policy.PACKING: score_packing,
+    Policy.BESTFIT: score_bestfit,
+    Policy.FGD: score_fgd,
+    Policy.KUBEGPU: score_kubegpu,
+}
+
+
+def score_nodes(policy: Policy, nodes: NodeArrays, pod: PodRequest, shapes: TypicalShapes) -> Scores:
+    """Score every row of ``nodes`` for ``pod`` under ``policy`` (higher wins, ``-inf`` = no fit)."""
+    return SCORERS[policy](nodes, pod, shapes)
