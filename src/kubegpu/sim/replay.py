@@ -13,10 +13,11 @@ or to a uniformly random tied node (``TieMode.RANDOM``, what kube-scheduler does
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+import zlib
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from enum import Enum
-from functools import lru_cache
+from enum import StrEnum
+from functools import cache, lru_cache
 
 import numpy as np
 
@@ -39,7 +40,7 @@ from kubegpu.sim.workload import STREAM_RANDOM, STREAM_TIES, Workload, _rng, arr
 __all__ = ["SeedRun", "TieMode", "best_group_cost", "node_topology", "replay"]
 
 
-class TieMode(str, Enum):
+class TieMode(StrEnum):
     """How equally scored nodes are separated."""
 
     NODE_ORDER = "node-order"
@@ -65,7 +66,6 @@ class SeedRun:
     seconds: float
 
 
-
 def _groups_for(gpus: int) -> tuple[tuple[int, ...], ...]:
     """Builtin intra-node layout: 8 GPUs = two NVLink groups of four (``seed-8gpu``), else one group."""
     if gpus == 8:
@@ -73,7 +73,7 @@ def _groups_for(gpus: int) -> tuple[tuple[int, ...], ...]:
     return (tuple(range(gpus)),)
 
 
-@lru_cache(maxsize=None)
+@cache
 def node_topology(gpus: int) -> Topology:
     """The builtin topology of a node with ``gpus`` GPUs (cost 1 inside a group, 4 across)."""
     return Topology.from_groups(gpus, _groups_for(gpus), inside=1.0, across=4.0)
@@ -86,7 +86,7 @@ def _choose(gpus: int, free_mask: int, count: int) -> tuple[tuple[int, ...], flo
     return choice.devices, choice.cost
 
 
-@lru_cache(maxsize=None)
+@cache
 def best_group_cost(gpus: int, count: int) -> float:
     """The lowest link cost of ``count`` GPUs on an empty node with ``gpus`` GPUs."""
     return _choose(gpus, (1 << gpus) - 1, count)[1]
@@ -129,8 +129,10 @@ def replay(
         model_index=model,
         class_counts=np.zeros((n, N_CLASSES), dtype=np.int64),
         frag_milli=np.zeros(n),
+        tiebreak=name_tiebreak([workload.node_names[i] for i in order]),
     )
     typical = workload.typical
+    scoring_shapes = workload.typical_memory if policy is Policy.KUBEGPU else typical
     state.frag_milli[:] = fragmentation(free, state.cpu_left_milli, model, typical)
     empty_frag = float(state.frag_milli.sum())
     tie_rng = _rng(seed, STREAM_TIES)
@@ -161,7 +163,7 @@ def replay(
             cache = caches[sid] = _Cache(n)
         dirty = np.flatnonzero(changed > cache.stamp) if cache.stamp >= 0 else np.arange(n)
         if dirty.size:
-            result = score_nodes(policy, state.take(dirty), pod, typical)
+            result = score_nodes(policy, state.take(dirty), pod, scoring_shapes)
             cache.score[dirty] = result.score
             cache.gpu[dirty] = result.gpu
         cache.stamp = step
@@ -237,6 +239,12 @@ def replay(
         empty_frag_milli=empty_frag,
         seconds=time.perf_counter() - started,
     )
+
+
+def name_tiebreak(names: Sequence[str]) -> FloatArray:
+    """A stable number in [0, 1) per node name (CRC-32), the same on every run and every host."""
+    out: FloatArray = np.array([zlib.crc32(name.encode()) / 2**32 for name in names], dtype=np.float64)
+    return out
 
 
 def _mask(bits: np.ndarray) -> int:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from enum import Enum
+from enum import StrEnum
 
 import numpy as np
 import numpy.typing as npt
@@ -26,8 +26,8 @@ __all__ = [
     "MAX_SPEC_GPU_MILLI",
     "MILLI",
     "NodeArrays",
-    "Policy",
     "PodRequest",
+    "Policy",
     "Scores",
     "TypicalShapes",
     "fragmentation",
@@ -48,7 +48,7 @@ FloatArray = npt.NDArray[np.float64]
 BoolArray = npt.NDArray[np.bool_]
 
 
-class Policy(str, Enum):
+class Policy(StrEnum):
     """The placement policies the simulator knows."""
 
     RANDOM = "random"
@@ -68,6 +68,8 @@ class NodeArrays:
     ``model_index`` indexes the model table the ``PodRequest.model_ok`` masks refer to.
     ``class_counts`` counts placed GPU pods per class (column 0 shared, k for k-GPU pods).
     ``frag_milli`` is each node's current fragmentation (``fragmentation``) for FGD-style scores.
+    ``tiebreak`` is a stable per-node number in [0, 1) (kubegpu derives it from the node name), used
+    by the ``kubegpu`` score as its last key so that the score itself, not the scheduler, orders ties.
     """
 
     cpu_left_milli: IntArray
@@ -77,6 +79,7 @@ class NodeArrays:
     model_index: IntArray
     class_counts: IntArray
     frag_milli: FloatArray
+    tiebreak: FloatArray
 
     def take(self, rows: IntArray) -> NodeArrays:
         return NodeArrays(
@@ -87,6 +90,7 @@ class NodeArrays:
             model_index=self.model_index[rows],
             class_counts=self.class_counts[rows],
             frag_milli=self.frag_milli[rows],
+            tiebreak=self.tiebreak[rows],
         )
 
 
@@ -130,6 +134,7 @@ class TypicalShapes:
     milli_slot: IntArray  # index of each shape's gpu_milli in unique_milli
     count: int  # number of shapes including CPU-only ones
     coverage: float  # fraction of pods the shapes cover
+    memory_mib: IntArray | None = None  # per shape; None = memory ignored (FGD)
 
 
 def pod_class(num_gpu: int, gpu_milli: int) -> int:
@@ -147,8 +152,11 @@ def typical_shapes(
     *,
     n_models: int,
     coverage: float = 0.95,
+    memory_mib: Sequence[int] | None = None,
 ) -> TypicalShapes:
     """Pick the target workload: shapes ``(cpu, gpu_milli, num_gpu, model_ok, key)`` by count.
+
+    ``memory_mib`` (one per shape) makes the fragmentation measure count memory as a fit condition.
 
     Sorted by count, descending (ties: larger CPU, milli, GPU count, key first, as the artifact's
     reverse sort does), taken until the cumulative count reaches ``coverage`` of all pods (the
@@ -189,19 +197,25 @@ def typical_shapes(
         milli_slot=slot,
         count=len(chosen),
         coverage=cum / total if total else 0.0,
+        memory_mib=None if memory_mib is None else np.array([memory_mib[i] for i in gpu], dtype=np.int64),
     )
 
 
 def fragmentation(
-    gpu_free_milli: IntArray, cpu_left_milli: IntArray, model_index: IntArray, shapes: TypicalShapes
+    gpu_free_milli: IntArray,
+    cpu_left_milli: IntArray,
+    model_index: IntArray,
+    shapes: TypicalShapes,
+    memory_left_mib: IntArray | None = None,
 ) -> FloatArray:
     """FGD's expected fragmentation F_n(M) of each row, in milli-GPU.
 
     For each typical shape m: all idle GPU counts if m is CPU-only, its model is not allowed, or it
     does not fit (too few GPUs with enough room, or too little CPU); otherwise only the GPUs with less
-    room than m's per-GPU milli count. Weighted by popularity. Memory is ignored (as in the paper).
+    room than m's per-GPU milli count. Weighted by popularity. Memory is ignored (as in the paper)
+    unless the shapes carry memory and ``memory_left_mib`` is given.
     """
-    idle = gpu_free_milli.sum(axis=1).astype(np.float64)
+    idle: FloatArray = gpu_free_milli.sum(axis=1).astype(np.float64)
     if shapes.popularity.size == 0:
         return idle
     free = gpu_free_milli[:, None, :]
@@ -210,6 +224,8 @@ def fragmentation(
     fits = ge.sum(axis=2)[:, shapes.milli_slot] >= shapes.num_gpu
     fits &= cpu_left_milli[:, None] >= shapes.cpu_milli
     fits &= shapes.model_ok[:, model_index].T
+    if shapes.memory_mib is not None and memory_left_mib is not None:
+        fits &= memory_left_mib[:, None] >= shapes.memory_mib
     result: FloatArray = idle - (fits * room) @ shapes.popularity
     return result
 
@@ -344,15 +360,23 @@ def _fgd_after(
     rows = len(ok)
     free = nodes.gpu_free_milli
     cpu_after = nodes.cpu_left_milli - pod.cpu_milli
+    mem_after = nodes.memory_left_mib - pod.memory_mib
     delta = np.full(rows, -np.inf)
     gpu = np.full(rows, -1, dtype=np.int64)
     idx = np.flatnonzero(ok)
     if idx.size == 0:
         return delta, gpu
+    if shapes.memory_mib is None:
+        before = nodes.frag_milli
+    else:
+        before = np.zeros(rows)
+        before[idx] = fragmentation(
+            free[idx], nodes.cpu_left_milli[idx], nodes.model_index[idx], shapes, nodes.memory_left_mib[idx]
+        )
     if not pod.shared:
         after = take_whole(free[idx], pod.num_gpu) if pod.num_gpu else free[idx]
-        frag = fragmentation(after, cpu_after[idx], nodes.model_index[idx], shapes)
-        delta[idx] = nodes.frag_milli[idx] - frag
+        frag = fragmentation(after, cpu_after[idx], nodes.model_index[idx], shapes, mem_after[idx])
+        delta[idx] = before[idx] - frag
         return delta, gpu
     sub = free[idx]
     width = sub.shape[1]
@@ -362,9 +386,11 @@ def _fgd_after(
     after = sub[rr].copy()
     after[np.arange(len(rr)), gg] -= pod.gpu_milli
     node_rows = idx[rr]
-    frag = fragmentation(after, cpu_after[node_rows], nodes.model_index[node_rows], shapes)
+    frag = fragmentation(
+        after, cpu_after[node_rows], nodes.model_index[node_rows], shapes, mem_after[node_rows]
+    )
     table = np.full(sub.shape, -np.inf)
-    table[rr, gg] = nodes.frag_milli[node_rows] - frag
+    table[rr, gg] = before[node_rows] - frag
     # the artifact compares integer scores per GPU, so equal integer scores go to the first GPU
     table_int = np.where(cand, np.floor(_sigmoid100(table)), -1.0)
     best = table_int.argmax(axis=1)

@@ -122,7 +122,7 @@ def _rows(path: Path, required: Sequence[str]) -> Iterator[tuple[int, dict[str, 
             raise TraceError(f"{path}:{reader.line_num + 1}: not UTF-8 text: {exc.reason}") from exc
 
 
-def _int(path: Path, line: int, row: dict[str, str], column: str, lo: int, hi: int | None = None) -> int:
+def _int(path: Path, line: int, row: dict[str, str], column: str, *, lo: int, hi: int | None = None) -> int:
     raw = row[column].strip()
     try:
         value = int(raw)
@@ -146,15 +146,15 @@ def load_nodes(path: str | Path) -> tuple[NodeRecord, ...]:
         if name in seen:
             raise TraceError(f"{p}:{line}: column 'sn': node {name!r} already defined on line {seen[name]}")
         seen[name] = line
-        gpus = _int(p, line, row, "gpu", 0, MAX_GPUS_PER_NODE)
+        gpus = _int(p, line, row, "gpu", lo=0, hi=MAX_GPUS_PER_NODE)
         model = row["model"].strip()
         if gpus > 0 and not model:
             raise TraceError(f"{p}:{line}: column 'model': empty, but the node has {gpus} GPUs")
         nodes.append(
             NodeRecord(
                 name=name,
-                cpu_milli=_int(p, line, row, "cpu_milli", 0),
-                memory_mib=_int(p, line, row, "memory_mib", 0),
+                cpu_milli=_int(p, line, row, "cpu_milli", lo=0),
+                memory_mib=_int(p, line, row, "memory_mib", lo=0),
                 gpu_count=gpus,
                 gpu_model=model if gpus > 0 else "",
             )
@@ -172,8 +172,8 @@ def load_pods(path: str | Path) -> tuple[PodRecord, ...]:
         name = row["name"].strip()
         if not name:
             raise TraceError(f"{p}:{line}: column 'name': empty pod name")
-        num_gpu = _int(p, line, row, "num_gpu", 0, MAX_GPUS_PER_NODE)
-        gpu_milli = _int(p, line, row, "gpu_milli", 0, MILLI_PER_GPU)
+        num_gpu = _int(p, line, row, "num_gpu", lo=0, hi=MAX_GPUS_PER_NODE)
+        gpu_milli = _int(p, line, row, "gpu_milli", lo=0, hi=MILLI_PER_GPU)
         if num_gpu == 0 and gpu_milli != 0:
             raise TraceError(f"{p}:{line}: column 'gpu_milli': {gpu_milli} for a pod with num_gpu 0")
         if num_gpu > 0 and gpu_milli == 0:
@@ -187,8 +187,8 @@ def load_pods(path: str | Path) -> tuple[PodRecord, ...]:
         pods.append(
             PodRecord(
                 name=name,
-                cpu_milli=_int(p, line, row, "cpu_milli", 0),
-                memory_mib=_int(p, line, row, "memory_mib", 0),
+                cpu_milli=_int(p, line, row, "cpu_milli", lo=0),
+                memory_mib=_int(p, line, row, "memory_mib", lo=0),
                 num_gpu=num_gpu,
                 gpu_milli=gpu_milli,
                 gpu_spec=spec,

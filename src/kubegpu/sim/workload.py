@@ -41,7 +41,8 @@ class Workload:
     pod_shape: IntArray  # shape id of each pod
     shape_requests: tuple[PodRequest, ...]
     shape_labels: tuple[str, ...]
-    typical: TypicalShapes
+    typical: TypicalShapes  # FGD's target workload (memory ignored)
+    typical_memory: TypicalShapes  # the same grouped with memory, for the kubegpu score
     gpu_width: int
     pods_path: str = ""
 
@@ -106,6 +107,18 @@ def prepare(trace: Trace, *, coverage: float = 0.95) -> Workload:
     keys = list(groups)
     shapes = [(k[0], k[1], k[2], model_ok(k[3]), "|".join(k[3])) for k in keys]
     typical = typical_shapes(shapes, [groups[k] for k in keys], n_models=len(models), coverage=coverage)
+    mgroups: dict[tuple[int, int, int, int, tuple[str, ...]], int] = {}
+    for pod in pods:
+        mkey = (pod.cpu_milli, pod.gpu_milli, pod.num_gpu, pod.memory_mib, pod.gpu_spec)
+        mgroups[mkey] = mgroups.get(mkey, 0) + 1
+    mkeys = list(mgroups)
+    typical_memory = typical_shapes(
+        [(k[0], k[1], k[2], model_ok(k[4]), f"{k[3]}|{'|'.join(k[4])}") for k in mkeys],
+        [mgroups[k] for k in mkeys],
+        n_models=len(models),
+        coverage=coverage,
+        memory_mib=[k[3] for k in mkeys],
+    )
     return Workload(
         node_names=tuple(n.name for n in trace.nodes),
         models=tuple(models),
@@ -118,7 +131,8 @@ def prepare(trace: Trace, *, coverage: float = 0.95) -> Workload:
         shape_requests=tuple(requests),
         shape_labels=tuple(labels),
         typical=typical,
-        gpu_width=max(1, max(n.gpu_count for n in trace.nodes)),
+        typical_memory=typical_memory,
+        gpu_width=max(1, *(n.gpu_count for n in trace.nodes)),
         pods_path=trace.pods_path,
     )
 
@@ -161,7 +175,9 @@ def arrivals(workload: Workload, seed: int, inflate: float) -> IntArray:
     if total == target:
         return order
     if not per_gpu.any():
-        raise InputError("cannot inflate a pod list without GPU demand; pass --inflate 0 to replay it as it is")
+        raise InputError(
+            "cannot inflate a pod list without GPU demand; pass --inflate 0 to replay it as it is"
+        )
     extra: list[int] = []
     # draw in blocks: the loop itself is the artifact's, one sample at a time
     while True:
