@@ -59,6 +59,7 @@ class SeedRun:
     allocated_milli: IntArray  # allocated GPU milli after each arrival
     frag_milli: FloatArray  # cluster fragmentation after each arrival
     placed: BoolArray  # whether each arrival was placed
+    node: IntArray  # node (row of the node file) each arrival went to, -1 if it failed
     shape: IntArray  # shape id of each arrival
     comm_cost: FloatArray  # link cost of each placed multi-GPU pod
     comm_ideal: FloatArray  # the lowest cost that pod could have had on an empty node of its kind
@@ -148,6 +149,7 @@ def replay(
     allocated = np.zeros(count, dtype=np.int64)
     frag_curve = np.zeros(count)
     placed = np.zeros(count, dtype=bool)
+    node_of = np.full(count, -1, dtype=np.int64)
     comm: list[float] = []
     ideal: list[float] = []
     topology_aware = policy is Policy.KUBEGPU
@@ -219,6 +221,7 @@ def replay(
             changed[node] = step + 1
             alloc_milli += int(total_of[sid])
             placed[step] = True
+            node_of[step] = order[node]
         allocated[step] = alloc_milli
         frag_curve[step] = frag_total
         if on_progress is not None and (step % report_every == 0 or step == count - 1):
@@ -233,6 +236,7 @@ def replay(
         allocated_milli=allocated,
         frag_milli=frag_curve,
         placed=placed,
+        node=node_of,
         shape=shape_of.astype(np.int64),
         comm_cost=np.array(comm, dtype=np.float64),
         comm_ideal=np.array(ideal, dtype=np.float64),

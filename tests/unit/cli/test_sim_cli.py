@@ -1,0 +1,175 @@
+"""`kubegpu sim` end to end on a small synthetic trace: JSON shape, files, errors as one line."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from kubegpu.cli.app import app
+from tests.unit.sim.conftest import make_trace
+from kubegpu.sim.trace import load_pods, write_nodes, write_pods
+
+NODES = [(f"n{i}", 32000, 1 << 18, 4 if i % 2 else 8, "G2" if i % 2 else "T4") for i in range(6)]
+PODS = [
+    (f"p{i:02d}", 2000 + 500 * (i % 4), 1024, 1, (300, 500, 1000, 1000)[i % 4], "") for i in range(24)
+] + [
+    ("multi", 4000, 1024, 4, 1000, ""),
+    ("cpu", 8000, 1024, 0, 0, ""),
+]
+
+
+def trace_files(tmp_path: Path) -> tuple[Path, Path]:
+    trace = make_trace(NODES, PODS)
+    nodes, pods = tmp_path / "nodes.csv", tmp_path / "pods.csv"
+    write_nodes(nodes, trace.nodes)
+    write_pods(pods, trace.pods)
+    return nodes, pods
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "kubegpu", *args], capture_output=True, text=True, timeout=110, check=False
+    )
+
+
+def test_json_has_one_entry_per_policy_with_curve_and_headline_numbers(tmp_path: Path) -> None:
+    nodes, pods = trace_files(tmp_path)
+    result = CliRunner().invoke(
+        app,
+        [
+            "sim",
+            "--nodes",
+            str(nodes),
+            "--pods",
+            str(pods),
+            "--policy",
+            "fgd",
+            "--policy",
+            "bestfit,kubegpu",
+            "--seeds",
+            "1-2",
+            "--json",
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    assert list(doc["policies"]) == ["fgd", "bestfit", "kubegpu"]
+    fgd = doc["policies"]["fgd"]
+    points = [p["arrived_pct"] for p in fgd["curve"]]
+    assert points == sorted(points) and points[-1] <= 130
+    assert set(fgd["curve"][0]) >= {"arrived_pct", "allocated_pct", "frag_pct"}
+    for key in ("allocated_pct_at_100", "allocated_pct_at_130", "unallocated_gpus_at_130", "seconds"):
+        assert key in fgd
+    assert 0 < fgd["allocated_pct_at_100"] <= 100
+    assert doc["seeds"] == [1, 2] and doc["tie"] == "node-order"
+
+
+def test_plot_and_out_write_their_files(tmp_path: Path) -> None:
+    nodes, pods = trace_files(tmp_path)
+    out, plot = tmp_path / "out", tmp_path / "curves.png"
+    result = CliRunner().invoke(
+        app,
+        [
+            "sim",
+            "--nodes",
+            str(nodes),
+            "--pods",
+            str(pods),
+            "--policy",
+            "packing",
+            "--seeds",
+            "3",
+            "--tie",
+            "random",
+            "--plot",
+            str(plot),
+            "--out",
+            str(out),
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert json.loads((out / "summary.json").read_text())["tie"] == "random"
+    assert (out / "curves.csv").read_text().startswith("policy,arrived_pct,allocated_pct")
+    assert "packing" in result.stdout  # the table
+
+
+def test_workers_give_the_same_numbers_as_one_process(tmp_path: Path) -> None:
+    nodes, pods = trace_files(tmp_path)
+    base = [
+        "sim",
+        "--nodes",
+        str(nodes),
+        "--pods",
+        str(pods),
+        "--policy",
+        "fgd,random",
+        "--seeds",
+        "1-3",
+        "--json",
+    ]
+    one = json.loads(CliRunner().invoke(app, base).stdout)
+    two = json.loads(CliRunner().invoke(app, [*base, "--workers", "2"]).stdout)
+    for name in ("fgd", "random"):
+        assert one["policies"][name]["curve"] == two["policies"][name]["curve"]
+
+
+def test_bad_csv_row_is_one_line_naming_file_line_and_column(tmp_path: Path) -> None:
+    nodes, pods = trace_files(tmp_path)
+    lines = pods.read_text().splitlines()
+    lines[4] = lines[4].replace(",1024,", ",lots,", 1)
+    pods.write_text("\n".join(lines) + "\n")
+    res = run_cli("sim", "--nodes", str(nodes), "--pods", str(pods), "--seeds", "1")
+    assert res.returncode == 2
+    assert "Traceback" not in res.stderr
+    assert f"{pods}:5: column 'memory_mib': 'lots' is not an integer" in res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1
+
+
+def test_bad_flags_are_input_errors(tmp_path: Path) -> None:
+    nodes, pods = trace_files(tmp_path)
+    for extra, fragment in (
+        (["--policy", "tetris"], "unknown policy"),
+        (["--seeds", "9-3"], "ends before it starts"),
+        (["--seeds", "x"], "is not a seed"),
+        (["--tie", "coin"], "choose node-order or random"),
+        (["--workers", "0"], "at least 1"),
+    ):
+        res = run_cli("sim", "--nodes", str(nodes), "--pods", str(pods), *extra)
+        assert res.returncode == 2, extra
+        assert fragment in res.stderr and "Traceback" not in res.stderr
+    res = run_cli("sim", "--pods", str(pods))
+    assert res.returncode == 2 and "--nodes" in res.stderr
+
+
+def test_variant_writes_a_loadable_pod_list_with_the_asked_mix(tmp_path: Path) -> None:
+    nodes, pods = trace_files(tmp_path)
+    output = tmp_path / "variant.csv"
+    result = CliRunner().invoke(
+        app,
+        [
+            "sim",
+            "variant",
+            "--pods",
+            str(pods),
+            "--nodes",
+            str(nodes),
+            "-o",
+            str(output),
+            "--cpu-only",
+            "0.5",
+            "--count",
+            "400",
+            "--seed",
+            "3",
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    assert "wrote 400 pods" in result.stdout
+    made = load_pods(output)
+    share = sum(1 for p in made if p.num_gpu == 0) / len(made)
+    assert 0.4 < share < 0.6

@@ -1,0 +1,156 @@
+"""Placement scores on hand-built node states: the fragmentation measure and each policy's choice."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from kubegpu.sim.scoring import (
+    CLASS_SHARED,
+    Policy,
+    fragmentation,
+    score_nodes,
+    typical_shapes,
+)
+from tests.unit.sim.conftest import node_arrays, pod
+
+ANY = np.ones(2, dtype=bool)
+ONLY_MODEL_1 = np.array([False, True])
+
+
+def shapes_half_whole_cpu() -> object:
+    # popularity 0.5 <1 core, 0.5 GPU>, 0.25 <1 core, 1 GPU>, 0.25 CPU-only
+    return typical_shapes(
+        [(1000, 500, 1, ANY, "a"), (1000, 1000, 1, ANY, "b"), (1000, 0, 0, ANY, "c")],
+        [2, 1, 1],
+        n_models=2,
+        coverage=1.0,
+    )
+
+
+def test_fragmentation_counts_only_gpus_too_small_when_the_shape_fits() -> None:
+    shapes = shapes_half_whole_cpu()
+    nodes = node_arrays([[1000, 300]], cpu=[4000])
+    # half: 300 too small; whole: 300 too small; CPU-only: all 1300 idle
+    frag = fragmentation(nodes.gpu_free_milli, nodes.cpu_left_milli, nodes.model_index, shapes)  # type: ignore[arg-type]
+    assert frag[0] == pytest.approx(0.5 * 300 + 0.25 * 300 + 0.25 * 1300)
+
+
+def test_fragmentation_counts_all_idle_gpu_when_cpu_is_short_or_the_model_is_refused() -> None:
+    shapes = typical_shapes(
+        [(1000, 500, 1, ONLY_MODEL_1, "a"), (1000, 0, 0, ANY, "c")], [3, 1], n_models=2, coverage=1.0
+    )
+    nodes = node_arrays([[1000, 300], [1000, 300], [1000, 300]], cpu=[4000, 500, 4000], model=[1, 1, 0])
+    frag = fragmentation(nodes.gpu_free_milli, nodes.cpu_left_milli, nodes.model_index, shapes)
+    assert frag.tolist() == pytest.approx([0.75 * 300 + 0.25 * 1300, 1300, 1300])
+
+
+def test_fragmentation_of_a_full_node_is_zero_and_of_a_multi_gpu_shape_needs_enough_gpus() -> None:
+    shapes = typical_shapes([(1000, 1000, 2, ANY, "two")], [1], n_models=2, coverage=1.0)
+    nodes = node_arrays([[0, 0], [1000, 0], [1000, 1000]])
+    frag = fragmentation(nodes.gpu_free_milli, nodes.cpu_left_milli, nodes.model_index, shapes)
+    assert frag.tolist() == [0, 1000, 0]
+
+
+def test_typical_shapes_stop_at_the_shape_that_crosses_the_threshold() -> None:
+    shape = [(1000 * i, 1000, 1, ANY, str(i)) for i in range(4)]
+    exactly = typical_shapes(shape, [50, 30, 15, 5], n_models=2, coverage=0.95)
+    assert exactly.count == 3 and exactly.coverage == pytest.approx(0.95)
+    crossing = typical_shapes(shape, [50, 30, 14, 6], n_models=2, coverage=0.95)
+    assert crossing.count == 4
+    assert crossing.popularity.sum() == pytest.approx(1.0)
+
+
+def score(
+    policy: Policy, nodes: object, request: object, shapes: object = None
+) -> tuple[list[float], list[int]]:
+    result = score_nodes(policy, nodes, request, shapes or shapes_half_whole_cpu())  # type: ignore[arg-type]
+    return result.score.tolist(), result.gpu.tolist()
+
+
+@pytest.mark.parametrize("policy", list(Policy))
+def test_every_policy_refuses_nodes_where_the_pod_does_not_fit(policy: Policy) -> None:
+    nodes = node_arrays(
+        [[1000, 1000], [400, 0], [1000, 1000], [1000, 1000], [1000, 1000]],
+        cpu=[8000, 8000, 500, 8000, 8000],
+        memory=[1000, 1000, 1000, 10, 1000],
+        model=[1, 1, 1, 1, 0],
+    )
+    request = pod(cpu=1000, milli=500, memory=100)
+    request = type(request)(cpu_milli=1000, memory_mib=100, num_gpu=1, gpu_milli=500, model_ok=ONLY_MODEL_1)
+    scores, _ = score(policy, nodes, request)
+    # node 1: no GPU with 500 free; node 2: CPU; node 3: memory; node 4: GPU model
+    assert np.isfinite(scores[0])
+    assert scores[1:] == [-np.inf] * 4
+
+
+def test_fgd_fills_the_half_used_gpu_and_scores_integers() -> None:
+    nodes = node_arrays([[1000, 1000], [500, 1000]])
+    nodes.frag_milli[:] = fragmentation(
+        nodes.gpu_free_milli, nodes.cpu_left_milli, nodes.model_index, shapes_half_whole_cpu()
+    )  # type: ignore[arg-type]
+    scores, gpus = score(Policy.FGD, nodes, pod(milli=500))
+    assert int(np.argmax(scores)) == 1 and gpus[1] == 0
+    assert all(s == int(s) and 0 <= s <= 100 for s in scores)
+
+
+def test_fgd_keeps_whole_gpus_free_for_whole_gpu_pods() -> None:
+    shapes = shapes_half_whole_cpu()
+    nodes = node_arrays([[1000, 1000], [1000, 500]])
+    nodes.frag_milli[:] = fragmentation(nodes.gpu_free_milli, nodes.cpu_left_milli, nodes.model_index, shapes)  # type: ignore[arg-type]
+    scores, gpus = score(Policy.FGD, nodes, pod(milli=400), shapes)
+    assert int(np.argmax(scores)) == 1 and gpus[1] == 1  # the 500 GPU, not a whole one
+
+
+def test_bestfit_prefers_the_tightest_node_and_gpu() -> None:
+    nodes = node_arrays([[1000, 1000], [1000, 600]], cpu=[8000, 8000])
+    scores, gpus = score(Policy.BESTFIT, nodes, pod(milli=500))
+    assert int(np.argmax(scores)) == 1 and gpus[1] == 1
+    # 100 * (1 - ((8000-1000)/128000*0.5 + (1600-500)/8000*0.5)) truncated
+    assert scores[1] == 90
+
+
+def test_dotprod_prefers_the_smallest_product_of_free_and_request() -> None:
+    nodes = node_arrays([[1000, 1000], [1000, 0]], cpu=[64_000, 64_000])
+    scores, _ = score(Policy.DOTPROD, nodes, pod(cpu=32_000, milli=1000))
+    # node 0: (0.5*0.25 + 0.25*0.125) / 2 = 0.078125 -> 92; node 1: (0.125 + 0.015625) / 2 -> 92.97 -> 92
+    assert scores == [92, 92]
+    scores, _ = score(Policy.DOTPROD, node_arrays([[1000] * 8, [1000, 0]], cpu=[64_000, 64_000]), pod(cpu=0))
+    assert scores[1] > scores[0]
+
+
+def test_packing_prefers_shared_gpus_then_used_nodes_then_empty_nodes() -> None:
+    nodes = node_arrays([[1000, 1000], [1000, 0], [600, 1000]])
+    scores, gpus = score(Policy.PACKING, nodes, pod(milli=500))
+    assert scores == [31, 49, 94]  # empty: 33 - 2; free GPU of a used node: 50 - 1; shared: 100 - 60/10
+    assert gpus[2] == 0
+    whole, _ = score(Policy.PACKING, nodes, pod(milli=1000))
+    assert whole == [31, 49, 49]
+    cpu_only, _ = score(Policy.PACKING, nodes, pod(num=0, milli=0))
+    assert cpu_only == [0, 0, 0]
+
+
+def test_clustering_bands_by_the_classes_already_on_the_node() -> None:
+    nodes = node_arrays(
+        [[1000, 1000], [500, 1000], [500, 1000], [0, 1000]],
+        classes={1: {CLASS_SHARED: 1}, 2: {CLASS_SHARED: 1, 1: 1}, 3: {1: 1}},
+    )
+    scores, _ = score(Policy.CLUSTERING, nodes, pod(milli=300))
+    # idle 25 + 25*(8000-2000)//8000; only shared: 75 + ...; mixed: 50 + ...; other class only: 0 + ...
+    assert scores == [25 + 18, 75 + 20, 50 + 20, 0 + 21]
+    assert int(np.argmax(scores)) == 1
+
+
+def test_random_scores_every_feasible_node_alike() -> None:
+    nodes = node_arrays([[1000], [200], [1000]])
+    scores, _ = score(Policy.RANDOM, nodes, pod(milli=500))
+    assert scores == [0, -np.inf, 0]
+
+
+def test_kubegpu_breaks_fgd_ties_by_the_score_itself() -> None:
+    # two identical empty nodes and one fuller node with the same FGD bucket: no exact ties remain
+    nodes = node_arrays([[1000, 1000], [1000, 1000], [1000, 1000]])
+    shapes = shapes_half_whole_cpu()
+    nodes.frag_milli[:] = fragmentation(nodes.gpu_free_milli, nodes.cpu_left_milli, nodes.model_index, shapes)  # type: ignore[arg-type]
+    scores, _ = score(Policy.KUBEGPU, nodes, pod(milli=1000), shapes)
+    assert len(set(scores)) == 3
