@@ -133,7 +133,6 @@ def replay(
         tiebreak=name_tiebreak([workload.node_names[i] for i in order]),
     )
     typical = workload.typical
-    scoring_shapes = workload.typical_memory if policy is Policy.KUBEGPU else typical
     state.frag_milli[:] = fragmentation(free, state.cpu_left_milli, model, typical)
     empty_frag = float(state.frag_milli.sum())
     tie_rng = _rng(seed, STREAM_TIES)
@@ -165,7 +164,7 @@ def replay(
             cache = caches[sid] = _Cache(n)
         dirty = np.flatnonzero(changed > cache.stamp) if cache.stamp >= 0 else np.arange(n)
         if dirty.size:
-            result = score_nodes(policy, state.take(dirty), pod, scoring_shapes)
+            result = score_nodes(policy, state.take(dirty), pod, typical)
             cache.score[dirty] = result.score
             cache.gpu[dirty] = result.gpu
         cache.stamp = step

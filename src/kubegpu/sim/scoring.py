@@ -8,7 +8,8 @@ pod does not fit) and the GPU a shared pod would take. Higher scores win.
 The baselines follow the FGD paper's simulator plugins exactly, integer truncations included
 (they decide ties, and ties decide results): ``fgd`` (fragmentation gradient descent),
 ``bestfit``, ``dotprod`` (Tetris), ``packing``, ``clustering`` and ``random``. ``kubegpu`` is
-kubegpu's own score, documented at ``score_kubegpu``.
+kubegpu's own score, documented at ``score_kubegpu``: FGD's gradient, plus a charge for CPU that
+strands GPUs, plus a fixed per-node order inside the score so that random tie-breaking keeps it.
 """
 
 from __future__ import annotations
@@ -134,7 +135,6 @@ class TypicalShapes:
     milli_slot: IntArray  # index of each shape's gpu_milli in unique_milli
     count: int  # number of shapes including CPU-only ones
     coverage: float  # fraction of pods the shapes cover
-    memory_mib: IntArray | None = None  # per shape; None = memory ignored (FGD)
 
 
 def pod_class(num_gpu: int, gpu_milli: int) -> int:
@@ -152,11 +152,8 @@ def typical_shapes(
     *,
     n_models: int,
     coverage: float = 0.95,
-    memory_mib: Sequence[int] | None = None,
 ) -> TypicalShapes:
     """Pick the target workload: shapes ``(cpu, gpu_milli, num_gpu, model_ok, key)`` by count.
-
-    ``memory_mib`` (one per shape) makes the fragmentation measure count memory as a fit condition.
 
     Sorted by count, descending (ties: larger CPU, milli, GPU count, key first, as the artifact's
     reverse sort does), taken until the cumulative count reaches ``coverage`` of all pods (the
@@ -197,7 +194,6 @@ def typical_shapes(
         milli_slot=slot,
         count=len(chosen),
         coverage=cum / total if total else 0.0,
-        memory_mib=None if memory_mib is None else np.array([memory_mib[i] for i in gpu], dtype=np.int64),
     )
 
 
@@ -206,14 +202,12 @@ def fragmentation(
     cpu_left_milli: IntArray,
     model_index: IntArray,
     shapes: TypicalShapes,
-    memory_left_mib: IntArray | None = None,
 ) -> FloatArray:
     """FGD's expected fragmentation F_n(M) of each row, in milli-GPU.
 
     For each typical shape m: all idle GPU counts if m is CPU-only, its model is not allowed, or it
     does not fit (too few GPUs with enough room, or too little CPU); otherwise only the GPUs with less
-    room than m's per-GPU milli count. Weighted by popularity. Memory is ignored (as in the paper)
-    unless the shapes carry memory and ``memory_left_mib`` is given.
+    room than m's per-GPU milli count. Weighted by popularity. Memory is ignored (as in the paper).
     """
     idle: FloatArray = gpu_free_milli.sum(axis=1).astype(np.float64)
     if shapes.popularity.size == 0:
@@ -224,8 +218,6 @@ def fragmentation(
     fits = ge.sum(axis=2)[:, shapes.milli_slot] >= shapes.num_gpu
     fits &= cpu_left_milli[:, None] >= shapes.cpu_milli
     fits &= shapes.model_ok[:, model_index].T
-    if shapes.memory_mib is not None and memory_left_mib is not None:
-        fits &= memory_left_mib[:, None] >= shapes.memory_mib
     result: FloatArray = idle - (fits * room) @ shapes.popularity
     return result
 
@@ -360,22 +352,15 @@ def _fgd_after(
     rows = len(ok)
     free = nodes.gpu_free_milli
     cpu_after = nodes.cpu_left_milli - pod.cpu_milli
-    mem_after = nodes.memory_left_mib - pod.memory_mib
     delta = np.full(rows, -np.inf)
     gpu = np.full(rows, -1, dtype=np.int64)
     idx = np.flatnonzero(ok)
     if idx.size == 0:
         return delta, gpu
-    if shapes.memory_mib is None:
-        before = nodes.frag_milli
-    else:
-        before = np.zeros(rows)
-        before[idx] = fragmentation(
-            free[idx], nodes.cpu_left_milli[idx], nodes.model_index[idx], shapes, nodes.memory_left_mib[idx]
-        )
+    before = nodes.frag_milli
     if not pod.shared:
         after = take_whole(free[idx], pod.num_gpu) if pod.num_gpu else free[idx]
-        frag = fragmentation(after, cpu_after[idx], nodes.model_index[idx], shapes, mem_after[idx])
+        frag = fragmentation(after, cpu_after[idx], nodes.model_index[idx], shapes)
         delta[idx] = before[idx] - frag
         return delta, gpu
     sub = free[idx]
@@ -386,9 +371,7 @@ def _fgd_after(
     after = sub[rr].copy()
     after[np.arange(len(rr)), gg] -= pod.gpu_milli
     node_rows = idx[rr]
-    frag = fragmentation(
-        after, cpu_after[node_rows], nodes.model_index[node_rows], shapes, mem_after[node_rows]
-    )
+    frag = fragmentation(after, cpu_after[node_rows], nodes.model_index[node_rows], shapes)
     table = np.full(sub.shape, -np.inf)
     table[rr, gg] = before[node_rows] - frag
     # the artifact compares integer scores per GPU, so equal integer scores go to the first GPU
@@ -412,23 +395,42 @@ def score_fgd(nodes: NodeArrays, pod: PodRequest, shapes: TypicalShapes) -> Scor
     return _finish(ok, np.floor(_sigmoid100(delta)), gpu)
 
 
-def score_kubegpu(nodes: NodeArrays, pod: PodRequest, shapes: TypicalShapes) -> Scores:
-    """kubegpu: FGD's fragmentation decrease, then consolidation, then tightness, as one float.
+# kubegpu's CPU-stranding term (docs/sim.md): a node needs about this many free cores per idle GPU
+# for its GPUs to stay usable, and each GPU's worth of idle GPU left without them costs this many
+# GPUs of fragmentation. Chosen on seeds 42-46 of the default trace (docs/benchmarks.md).
+KUBEGPU_CORES_PER_GPU = 8.0
+KUBEGPU_STRANDING_WEIGHT = 2.0
 
-    The primary key is the fragmentation decrease in whole milli-GPU (so changes below 1 milli,
-    float noise, do not separate nodes). Ties on it, which are common, go to the node with the
-    least idle GPU, then the least free CPU: the same consolidation that the artifact obtains
-    from tie-breaking by node name, but expressed in the score itself, so a scheduler that breaks
-    ties at random (kube-scheduler does) keeps it. Nodes left tied after that are in the same
-    state, so the choice among them does not matter.
+
+def cpu_stranded_gpus(
+    idle_milli: IntArray | FloatArray, cpu_left_milli: IntArray, cores_per_gpu: float = KUBEGPU_CORES_PER_GPU
+) -> FloatArray:
+    """GPUs' worth of idle GPU that the node's free CPU cannot feed at ``cores_per_gpu`` cores each."""
+    deficit = cores_per_gpu * (idle_milli / MILLI) - cpu_left_milli / MILLI
+    out: FloatArray = np.maximum(0.0, deficit) / cores_per_gpu
+    return out
+
+
+def score_kubegpu(nodes: NodeArrays, pod: PodRequest, shapes: TypicalShapes) -> Scores:
+    """kubegpu: FGD's fragmentation gradient plus CPU stranding, with its own tie order.
+
+    * gain = FGD's fragmentation decrease minus ``KUBEGPU_STRANDING_WEIGHT`` x 1000 x the increase of
+      ``cpu_stranded_gpus``: FGD only notices CPU when a typical shape stops fitting, so CPU-only and
+      CPU-heavy pods wear down the CPU of GPU-dense nodes until their last GPUs are stranded; this
+      term charges that wear as it happens and steers such pods to CPU-rich nodes.
+    * score = floor(100 * sigmoid(gain / 1000)) (FGD's integer buckets, whose coarseness is useful:
+      it lets the last key consolidate pods) + 0.9 x ``tiebreak``, a fixed per-node number from the
+      node's name. That last key is the fixed node order that the FGD artifact gets from its
+      scheduler's name-ordered tie-breaking, made part of the score, so kube-scheduler's random
+      tie-breaking cannot undo it.
     """
     ok = feasible(nodes, pod)
     delta, gpu = _fgd_after(nodes, pod, ok, shapes)
-    primary = np.round(delta)
     idle = nodes.gpu_free_milli.sum(axis=1)
-    # idle < 16,001 milli and cpu < 2^20 milli: both fit below one unit of the primary key
-    secondary = (16_001 - idle) / 16_002.0 + (1 << 20) / ((1 << 20) + nodes.cpu_left_milli) * 1e-6
-    return _finish(ok, primary + secondary, gpu)
+    before = cpu_stranded_gpus(idle, nodes.cpu_left_milli)
+    after = cpu_stranded_gpus(idle - pod.gpu_milli * pod.num_gpu, nodes.cpu_left_milli - pod.cpu_milli)
+    gain = delta - KUBEGPU_STRANDING_WEIGHT * MILLI * (after - before)
+    return _finish(ok, np.floor(_sigmoid100(gain)) + 0.9 * nodes.tiebreak, gpu)
 
 
 SCORERS: dict[Policy, Callable[[NodeArrays, PodRequest, TypicalShapes], Scores]] = {

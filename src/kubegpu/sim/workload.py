@@ -42,7 +42,6 @@ class Workload:
     shape_requests: tuple[PodRequest, ...]
     shape_labels: tuple[str, ...]
     typical: TypicalShapes  # FGD's target workload (memory ignored)
-    typical_memory: TypicalShapes  # the same grouped with memory, for the kubegpu score
     gpu_width: int
     pods_path: str = ""
 
@@ -107,18 +106,6 @@ def prepare(trace: Trace, *, coverage: float = 0.95) -> Workload:
     keys = list(groups)
     shapes = [(k[0], k[1], k[2], model_ok(k[3]), "|".join(k[3])) for k in keys]
     typical = typical_shapes(shapes, [groups[k] for k in keys], n_models=len(models), coverage=coverage)
-    mgroups: dict[tuple[int, int, int, int, tuple[str, ...]], int] = {}
-    for pod in pods:
-        mkey = (pod.cpu_milli, pod.gpu_milli, pod.num_gpu, pod.memory_mib, pod.gpu_spec)
-        mgroups[mkey] = mgroups.get(mkey, 0) + 1
-    mkeys = list(mgroups)
-    typical_memory = typical_shapes(
-        [(k[0], k[1], k[2], model_ok(k[4]), f"{k[3]}|{'|'.join(k[4])}") for k in mkeys],
-        [mgroups[k] for k in mkeys],
-        n_models=len(models),
-        coverage=coverage,
-        memory_mib=[k[3] for k in mkeys],
-    )
     return Workload(
         node_names=tuple(n.name for n in trace.nodes),
         models=tuple(models),
@@ -131,7 +118,6 @@ def prepare(trace: Trace, *, coverage: float = 0.95) -> Workload:
         shape_requests=tuple(requests),
         shape_labels=tuple(labels),
         typical=typical,
-        typical_memory=typical_memory,
         gpu_width=max(1, *(n.gpu_count for n in trace.nodes)),
         pods_path=trace.pods_path,
     )

@@ -10,8 +10,8 @@ from pathlib import Path
 from typer.testing import CliRunner
 
 from kubegpu.cli.app import app
-from tests.unit.sim.conftest import make_trace
 from kubegpu.sim.trace import load_pods, write_nodes, write_pods
+from tests.unit.sim.conftest import make_trace
 
 NODES = [(f"n{i}", 32000, 1 << 18, 4 if i % 2 else 8, "G2" if i % 2 else "T4") for i in range(6)]
 PODS = [
