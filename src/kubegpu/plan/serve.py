@@ -391,7 +391,9 @@ def _recommend(req: ServeRequest, options: Sequence[ServeOption], base_ms: float
         ):
             return Recommendation(option=None, reasons=tuple(reasons))
     # 4. Pack onto the fewest cards; then the faster step; then the better-isolated mode.
-    best = min(candidates, key=lambda o: (o.gpus_needed, o.step_ms, _MODE_ORDER[o.mode], o.profile or ""))
+    best = min(
+        candidates, key=lambda o: (o.gpus_needed, round(o.step_ms, 6), _MODE_ORDER[o.mode], o.profile or "")
+    )
     exclusive = next(o for o in options if o.mode is SharingMode.EXCLUSIVE)
     reasons.append(f"fits: {best.reason}")
     if best is exclusive:
