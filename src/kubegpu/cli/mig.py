@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 from kubegpu.errors import MigLayoutError
 from kubegpu.model import mig
@@ -27,7 +30,7 @@ ModelArg = Annotated[str, typer.Argument(metavar="MODEL", help="GPU model, e.g. 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object instead of a table.")]
 
 
-def _console():  # type: ignore[no-untyped-def]
+def _console() -> Console:
     from rich.console import Console
 
     return Console(width=None if sys.stdout.isatty() else 120, highlight=False)
@@ -74,7 +77,17 @@ def profiles_cmd(model: ModelArg, as_json: JsonOpt = False) -> None:
     from rich.table import Table
 
     table = Table(title=f"MIG profiles of {rows[0].model}")
-    for col in ("profile", "resource", "compute", "memory slices", "GB", "GiB reported", "SMs", "max", "start slots"):
+    for col in (
+        "profile",
+        "resource",
+        "compute",
+        "memory slices",
+        "GB",
+        "GiB reported",
+        "SMs",
+        "max",
+        "start slots",
+    ):
         table.add_column(col)
     for p in rows:
         table.add_row(
@@ -91,7 +104,9 @@ def profiles_cmd(model: ModelArg, as_json: JsonOpt = False) -> None:
     console = _console()
     console.print(table)
     if any(p.memory_gib is None for p in rows):
-        console.print("[dim]n/k: not known from an authoritative source; placements presumed as on H100[/dim]")
+        console.print(
+            "[dim]n/k: not known from an authoritative source; placements presumed as on H100[/dim]"
+        )
 
 
 @mig_app.command(
@@ -119,7 +134,9 @@ def validate_cmd(
         placement = mig.validate_layout(model, items)
     except MigLayoutError as exc:
         if as_json:
-            typer.echo(json.dumps({"model": model, "layout": items, "valid": False, "reason": str(exc)}, indent=2))
+            typer.echo(
+                json.dumps({"model": model, "layout": items, "valid": False, "reason": str(exc)}, indent=2)
+            )
         else:
             typer.echo(f"invalid: {exc}")
         raise typer.Exit(1) from None

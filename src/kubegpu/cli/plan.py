@@ -10,9 +10,12 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 from kubegpu.model.gpu import gpu_model
 from kubegpu.plan.comm import CommPlan, CommRequest, plan_comm
@@ -35,7 +38,7 @@ EmitOpt = Annotated[
 ]
 
 
-def _console():  # type: ignore[no-untyped-def]
+def _console() -> Console:
     from rich.console import Console
 
     return Console(width=None if sys.stdout.isatty() else 140, highlight=False)
@@ -45,13 +48,11 @@ def _print_json(obj: object) -> None:
     typer.echo(json.dumps(obj, indent=2, ensure_ascii=False))
 
 
-def _report_emitted(console, directory: Path, files: list[EmittedFile]) -> None:  # type: ignore[no-untyped-def]
+def _report_emitted(console: Console, directory: Path, files: list[EmittedFile]) -> None:
     console.print(f"\n[bold]Wrote {len(files)} file(s) to {directory}[/bold]")
     for f in files:
         console.print(f"  {f.name:34s} {f.what}")
-    console.print(
-        "  (YAML parses and uses only real API fields; server-side dry-run: kubectl apply --dry-run=server -f)"
-    )
+    console.print("  (check against your cluster: kubectl apply --dry-run=server -f DIR)")
 
 
 def _render_serve(plan: ServePlan) -> None:
@@ -125,14 +126,18 @@ def _render_serve(plan: ServePlan) -> None:
     ),
 )
 def serve(
-    model_gb: Annotated[float, typer.Option("--model-gb", help="Weights at 16-bit precision, GB (7B -> 14).")],
+    *,
+    model_gb: Annotated[
+        float, typer.Option("--model-gb", help="Weights at 16-bit precision, GB (7B -> 14).")
+    ],
     instances: Annotated[int, typer.Option("--instances", help="Instances to serve (one per tenant).")],
     gpu: Annotated[str, typer.Option("--gpu", help="GPU model, e.g. H100-80GB, A100-80GB, L40S.")],
     kv_gb_per_instance: Annotated[
         float, typer.Option("--kv-gb-per-instance", help="KV cache each instance needs at least, GB.")
     ] = 0.0,
     gpus_available: Annotated[
-        int | None, typer.Option("--gpus-available", help="Cards you have; options needing more are excluded.")
+        int | None,
+        typer.Option("--gpus-available", help="Cards you have; options needing more are excluded."),
     ] = None,
     latency_sensitive: Annotated[
         bool, typer.Option("--latency-sensitive", help="Step-time jitter matters: no time-slicing or MPS.")
@@ -140,7 +145,9 @@ def serve(
     multi_tenant: Annotated[
         bool, typer.Option("--multi-tenant", help="Instances belong to separate tenants: hard isolation.")
     ] = False,
-    dtype: Annotated[Dtype, typer.Option("--dtype", help="Serving precision; fp8 halves the weights.")] = Dtype.FP16,
+    dtype: Annotated[
+        Dtype, typer.Option("--dtype", help="Serving precision; fp8 halves the weights.")
+    ] = Dtype.FP16,
     reserve_gb: Annotated[
         float, typer.Option("--reserve-gb", help="Per-process memory for CUDA context and workspace, GB.")
     ] = DEFAULT_RESERVE_GB,
@@ -235,6 +242,7 @@ def _render_pools(plan: PoolsPlan) -> None:
     ),
 )
 def pools(
+    *,
     gpus: Annotated[int, typer.Option("--gpus", help="Cards in the cluster.")],
     gpu: Annotated[str, typer.Option("--gpu", help="GPU model, e.g. A100-80GB.")],
     users: Annotated[int, typer.Option("--users", help="Engineers sharing the cluster.")],
@@ -242,7 +250,9 @@ def pools(
         int | None, typer.Option("--exclusive", help="Cards kept whole for training (default: half).")
     ] = None,
     replicas: Annotated[int, typer.Option("--replicas", help="Time-slicing replicas per shared card.")] = 4,
-    gpus_per_node: Annotated[int, typer.Option("--gpus-per-node", help="Cards per node; pools are whole nodes.")] = 1,
+    gpus_per_node: Annotated[
+        int, typer.Option("--gpus-per-node", help="Cards per node; pools are whole nodes.")
+    ] = 1,
     deadline_hours: Annotated[
         float, typer.Option("--deadline-hours", help="activeDeadlineSeconds of experiment pods, in hours.")
     ] = 8.0,
@@ -314,6 +324,7 @@ def _render_comm(plan: CommPlan) -> None:
     ),
 )
 def comm(
+    *,
     tp: Annotated[int, typer.Option("--tp", help="Tensor-parallel degree (GPUs in the ring).")] = 4,
     layers: Annotated[int, typer.Option("--layers", help="Transformer layers.")] = 80,
     allreduce_mb: Annotated[float, typer.Option("--allreduce-mb", help="Size of each all-reduce, MB.")] = 1.0,

@@ -135,7 +135,9 @@ def _config_key(option: ServeOption) -> str:
     return f"{option.mode.value}-{option.instances_per_gpu}"
 
 
-def emit_serve(plan: ServePlan, tenants: Sequence[str], option: ServeOption | None = None) -> list[EmittedFile]:
+def emit_serve(
+    plan: ServePlan, tenants: Sequence[str], option: ServeOption | None = None
+) -> list[EmittedFile]:
     """Files that realise ``option`` (default: the recommendation) for the tenant namespaces given."""
     chosen = option or plan.recommendation.option
     if chosen is None:
@@ -169,8 +171,11 @@ def emit_serve(plan: ServePlan, tenants: Sequence[str], option: ServeOption | No
         files.append(
             EmittedFile(
                 name="mig-parted.yaml",
-                text=_yaml(mig_parted, header=f"mig-parted config: every GPU as {chosen.instances_per_gpu}"
-                           f" x {chosen.profile}; select it with the node label {MIG_CONFIG_LABEL}={mig_name}"),
+                text=_yaml(
+                    mig_parted,
+                    header=f"mig-parted config: every GPU as {chosen.instances_per_gpu}"
+                    f" x {chosen.profile}; select it with the node label {MIG_CONFIG_LABEL}={mig_name}",
+                ),
                 what=f"mig-parted config {mig_name} ({chosen.instances_per_gpu} x {chosen.profile} per GPU)",
             )
         )
@@ -179,7 +184,9 @@ def emit_serve(plan: ServePlan, tenants: Sequence[str], option: ServeOption | No
     files.append(
         EmittedFile(
             name="device-plugin-config.yaml",
-            text=_yaml(plugin, header="device plugin config (NVIDIA version v1; kubegpu agent --config reads it)"),
+            text=_yaml(
+                plugin, header="device plugin config (NVIDIA version v1; kubegpu agent --config reads it)"
+            ),
             what=f"device plugin config: {key}",
         )
     )
@@ -188,7 +195,8 @@ def emit_serve(plan: ServePlan, tenants: Sequence[str], option: ServeOption | No
             name="device-plugin-configmap.yaml",
             text=_yaml(
                 _configmap({key: plugin}),
-                header=f"the same config for the GPU Operator; nodes pick it with {DEVICE_PLUGIN_CONFIG_LABEL}={key}",
+                header="the same config for the GPU Operator; nodes pick it with"
+                f" {DEVICE_PLUGIN_CONFIG_LABEL}={key}",
             ),
             what=f"ConfigMap {OPERATOR_NAMESPACE}/{CONFIGMAP_NAME} with key {key}",
         )
@@ -218,7 +226,9 @@ def emit_serve(plan: ServePlan, tenants: Sequence[str], option: ServeOption | No
     files.append(
         EmittedFile(
             name="toleration.yaml",
-            text=_yaml(toleration, header=f"pod spec fragment: tolerate the GPU taint {GPU_TAINT}, run on GPU nodes"),
+            text=_yaml(
+                toleration, header=f"pod spec fragment: tolerate the GPU taint {GPU_TAINT}, run on GPU nodes"
+            ),
             what="toleration and nodeSelector snippet for the pod spec",
         )
     )
@@ -251,7 +261,9 @@ def emit_serve(plan: ServePlan, tenants: Sequence[str], option: ServeOption | No
     files.append(
         EmittedFile(
             name="nodes.sh",
-            text=_nodes_script(labels, [str(GPU_TAINT)], f"label and taint the {chosen.gpus_needed} GPU node(s)"),
+            text=_nodes_script(
+                labels, [str(GPU_TAINT)], f"label and taint the {chosen.gpus_needed} GPU node(s)"
+            ),
             what="kubectl commands that label and taint the GPU nodes",
         )
     )
@@ -291,7 +303,12 @@ def _pool_pod(plan: PoolsPlan, pool: PoolPlan) -> dict[str, Any]:
     if pool.kind is PoolKind.TIME_SLICED:
         spec["activeDeadlineSeconds"] = plan.active_deadline_seconds
     name = "experiment-example" if pool.kind is PoolKind.TIME_SLICED else "training-example"
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": pool.namespace}, "spec": spec}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": pool.namespace},
+        "spec": spec,
+    }
 
 
 def emit_pools(plan: PoolsPlan) -> list[EmittedFile]:
@@ -332,13 +349,15 @@ def emit_pools(plan: PoolsPlan) -> list[EmittedFile]:
             EmittedFile(
                 name=f"device-plugin-config-{pool.kind.value}.yaml",
                 text=_yaml(config, header=f"device plugin config for the {pool.kind.value} pool's nodes"),
-                what=f"device plugin config for the {pool.kind.value} pool ({pool.replicas} replica(s) per GPU)",
+                what=f"device plugin config, {pool.kind.value} pool: {pool.replicas} replica(s) per GPU",
             )
         )
         files.append(
             EmittedFile(
                 name=f"toleration-{pool.kind.value}.yaml",
-                text=_yaml(_pool_toleration(pool), header=f"pod spec fragment for the {pool.kind.value} pool"),
+                text=_yaml(
+                    _pool_toleration(pool), header=f"pod spec fragment for the {pool.kind.value} pool"
+                ),
                 what=f"toleration and nodeSelector snippet for the {pool.kind.value} pool",
             )
         )
@@ -385,7 +404,9 @@ def emit_pools(plan: PoolsPlan) -> list[EmittedFile]:
         files.append(
             EmittedFile(
                 name="limitrange.yaml",
-                text=_yaml(limit_range, header="at most one virtual GPU per experiment pod; default CPU/memory"),
+                text=_yaml(
+                    limit_range, header="at most one virtual GPU per experiment pod; default CPU/memory"
+                ),
                 what=f"LimitRange in {shared.namespace}",
             )
         )

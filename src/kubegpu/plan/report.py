@@ -108,8 +108,13 @@ def pools_json(plan: PoolsPlan) -> dict[str, Any]:
             for p in plan.pools
         ],
         "virtual_gpus": sum(p.virtual_gpus for p in plan.pools if p.kind is PoolKind.TIME_SLICED),
-        "users_per_virtual_gpu": None if plan.users_per_virtual_gpu is None else _r(plan.users_per_virtual_gpu, 3),
-        "limit_range": {"pod_max": {"nvidia.com/gpu": 1}, "container_default": {"cpu": "4", "memory": "16Gi"}},
+        "users_per_virtual_gpu": None
+        if plan.users_per_virtual_gpu is None
+        else _r(plan.users_per_virtual_gpu, 3),
+        "limit_range": {
+            "pod_max": {"nvidia.com/gpu": 1},
+            "container_default": {"cpu": "4", "memory": "16Gi"},
+        },
         "priority_classes": [
             {"name": pc.name, "value": pc.value, "preempts": pc.preempt} for pc in plan.priority_classes
         ],

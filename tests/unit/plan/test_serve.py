@@ -30,7 +30,9 @@ def exercise1(**overrides: object) -> ServePlan:
     return plan_serve(ServeRequest(**args))  # type: ignore[arg-type]
 
 
-def option(plan: ServePlan, mode: SharingMode, profile: str | None = None, per_gpu: int | None = None) -> ServeOption:
+def option(
+    plan: ServePlan, mode: SharingMode, profile: str | None = None, per_gpu: int | None = None
+) -> ServeOption:
     for o in plan.options:
         if o.mode is mode and o.profile == profile and (per_gpu is None or o.instances_per_gpu == per_gpu):
             return o
@@ -161,26 +163,25 @@ def test_unknown_gpu_model_names_the_known_ones() -> None:
 
 @settings(max_examples=60, deadline=None)
 @given(
-    model_gb=st.floats(min_value=0.5, max_value=60),
-    instances=st.integers(min_value=1, max_value=20),
-    kv=st.floats(min_value=0, max_value=10),
-    gpu=st.sampled_from(sorted(CATALOGUE)),
-    latency=st.booleans(),
-    tenants=st.booleans(),
-    available=st.one_of(st.none(), st.integers(min_value=1, max_value=10)),
-)
-def test_recommendation_fits_meets_every_criterion_and_uses_the_fewest_cards(
-    model_gb: float, instances: int, kv: float, gpu: str, latency: bool, tenants: bool, available: int | None
-) -> None:
-    req = ServeRequest(
-        model_gb=model_gb,
-        instances=instances,
-        gpu=gpu_model(gpu),
-        kv_gb_per_instance=kv,
-        latency_sensitive=latency,
-        multi_tenant=tenants,
-        gpus_available=available,
+    req=st.builds(
+        ServeRequest,
+        model_gb=st.floats(min_value=0.5, max_value=60),
+        instances=st.integers(min_value=1, max_value=20),
+        gpu=st.sampled_from(sorted(CATALOGUE)).map(gpu_model),
+        kv_gb_per_instance=st.floats(min_value=0, max_value=10),
+        latency_sensitive=st.booleans(),
+        multi_tenant=st.booleans(),
+        gpus_available=st.one_of(st.none(), st.integers(min_value=1, max_value=10)),
     )
+)
+def test_recommendation_fits_meets_every_criterion_and_uses_the_fewest_cards(req: ServeRequest) -> None:
+    kv, latency, tenants, available = (
+        req.kv_gb_per_instance,
+        req.latency_sensitive,
+        req.multi_tenant,
+        req.gpus_available,
+    )
+    instances = req.instances
     try:
         plan = plan_serve(req)
     except InputError:
