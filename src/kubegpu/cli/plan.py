@@ -156,7 +156,9 @@ def serve(
     ] = None,
     tenant: Annotated[
         list[str] | None,
-        typer.Option("--tenant", help="Tenant namespace for --emit (repeat; default tenant-1..N)."),
+        typer.Option(
+            "--tenant", metavar="NAMESPACE", help="Tenant namespace for --emit (repeat; default tenant-1..N)."
+        ),
     ] = None,
     as_json: JsonOpt = False,
     emit: EmitOpt = None,
@@ -186,7 +188,10 @@ def serve(
         files = emit_serve(plan, tenants)
         write_files(emit, files)
     if as_json:
-        _print_json(serve_json(plan))
+        doc = serve_json(plan)
+        if emit is not None:
+            doc["emitted"] = [str(emit / f.name) for f in files]
+        _print_json(doc)
     else:
         _render_serve(plan)
         if files and emit is not None:
@@ -276,7 +281,10 @@ def pools(
         files = emit_pools(plan)
         write_files(emit, files)
     if as_json:
-        _print_json(pools_json(plan))
+        doc = pools_json(plan)
+        if emit is not None:
+            doc["emitted"] = [str(emit / f.name) for f in files]
+        _print_json(doc)
         return
     _render_pools(plan)
     if files and emit is not None:

@@ -162,9 +162,9 @@ def plan_pools(req: PoolsRequest) -> PoolsPlan:
     shared = req.gpus - exclusive
     experiment_pc = PriorityClassPlan(
         name="gpu-experiment",
-        value=100,
+        value=-100,
         preempt=False,
-        description="Low priority for GPU experiments on the time-sliced pool; never preempts others.",
+        description="GPU experiments on the time-sliced pool: below pods without a class, never preempts.",
     )
     training_pc = PriorityClassPlan(
         name="gpu-training",
