@@ -18,6 +18,7 @@ from kubegpu.model.topology import Link, LinkKind, Topology
 __all__ = ["SmiTopology", "looks_like_capture", "node_from_capture", "parse_topo_matrix"]
 
 _DEVICE_RE = re.compile(r"\b(GPU\d+|NIC\d+|mlx\d+_\d+)\b")
+_HEADER_TOKEN_RE = re.compile(r"^(GPU\d+|NIC\d+|mlx\d+_\d+|CPU|NUMA|GPU|Affinity|ID)$")
 _EXTRA_COLUMNS = ("CPU Affinity", "NUMA Affinity", "GPU NUMA ID")
 
 
@@ -46,8 +47,8 @@ class SmiTopology:
 
 def _header_index(lines: list[str]) -> int:
     for i, line in enumerate(lines):
-        names = _DEVICE_RE.findall(line)
-        if names and names[0] == "GPU0" and not line.lstrip().startswith("GPU0"):
+        tokens = line.split()
+        if tokens and tokens[0] == "GPU0" and all(_HEADER_TOKEN_RE.match(t) for t in tokens):
             return i
     raise TopologyParseError(
         "no 'nvidia-smi topo -m' header found: expected a line of column names starting with GPU0"
@@ -134,11 +135,12 @@ def parse_topo_matrix(text: str, origin: str = "<capture>") -> SmiTopology:
         cpu.append(values.get("CPU Affinity"))
         numa.append(_numa(values.get("NUMA Affinity")))
     for i, a in enumerate(devices):
-        for j, b in enumerate(devices):
+        for j, b in enumerate(devices[:i]):
             if a in rows and b in rows and matrix[i][j] != matrix[j][i]:
                 raise TopologyParseError(
                     f"{origin}:{row_line[a]}: {a}/{b} is {matrix[i][j]} but {b}/{a} is {matrix[j][i]}"
                 )
+        for j, b in enumerate(devices):
             if i != j and matrix[i][j].kind is LinkKind.SELF:
                 raise TopologyParseError(
                     f"{origin}:{row_line.get(a, head + 1)}: {a}/{b}: X only on the diagonal"

@@ -269,6 +269,14 @@ def _topology(doc: LocatedDoc, gpus: Sequence[Gpu]) -> Topology | None:
     else:
         cells = _matrix(doc, raw["matrix"], n, "matrix")
         links = [[_link(doc, ("topology", "matrix", r), cell) for cell in row] for r, row in enumerate(cells)]
+        for r in range(n):
+            for c in range(r):
+                if links[r][c] != links[c][r]:
+                    raise doc.error(
+                        ("topology", "matrix", r),
+                        f"not symmetric: GPU{r}-GPU{c} is {links[r][c]} but GPU{c}-GPU{r} is {links[c][r]}",
+                        SpecError,
+                    )
         explicit = [[None if i != j else 0.0 for j in range(n)] for i in range(n)]
     if "costs" in raw:
         cells = _matrix(doc, raw["costs"], n, "costs")
