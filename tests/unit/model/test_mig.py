@@ -72,7 +72,7 @@ def test_invalid_layouts_say_precisely_why(layout: list[str], reason: str) -> No
 
 
 def test_unknown_profile_and_model_are_input_errors() -> None:
-    with pytest.raises(InputError, match="no MIG profile '5g.50gb'"):
+    with pytest.raises(InputError, match=r"no MIG profile '5g\.50gb'"):
         validate_layout("H100-80GB", ["5g.50gb"])
     with pytest.raises(InputError, match="has no MIG profiles"):
         profiles("T4")
