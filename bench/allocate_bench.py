@@ -16,16 +16,35 @@ from itertools import combinations
 from math import comb
 
 from kubegpu.allocate import choose
-from kubegpu.model.topology import Topology
+from kubegpu.model.topology import Link, Topology
 from kubegpu.sources.spec import load_node
 
-SPECS = ("seed-8gpu", "dgx-h100", "dgx-a100", "dgx1-v100", "pcie-8gpu", "hgx-16", "nvl72-hier")
+SPECS = ("seed-8gpu", "dgx-h100", "dgx-a100", "dgx1-v100", "pcie-8gpu", "hgx-16", "random-16", "nvl72-hier")
 TARGET_MS = {8: 1.0, 16: 5.0, 72: 20.0}
 BRUTE_BUDGET = 20_000  # combinations; the seed's brute force is skipped above this
 
 
 def brute_force(topo: Topology, free: list[int], count: int) -> tuple[int, ...]:
     return min(combinations(sorted(free), count), key=lambda c: (topo.set_units(c), c))
+
+
+def random_topology(n: int, seed: int) -> Topology:
+    """An arbitrary symmetric matrix with no structure: the branch-and-bound worst case."""
+    rng = random.Random(seed)
+    labels = ["NV18", "NV12", "NV6", "NV2", "NV1", "PIX", "SYS"]
+    links = [[Link.parse("X")] * n for _ in range(n)]
+    for i in range(n):
+        for j in range(i + 1, n):
+            links[i][j] = links[j][i] = Link.parse(rng.choice(labels))
+    return Topology.from_links([list(row) for row in links])
+
+
+def load(name: str) -> Topology:
+    if name == "random-16":
+        return random_topology(16, 16)
+    topo = load_node(f"builtin:{name}").topology
+    assert topo is not None
+    return topo
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -59,9 +78,7 @@ def main() -> None:
     gc.collect()
     gc.freeze()  # a long-running agent has its start-up objects frozen too; keeps GC scans short
     for name in SPECS:
-        node = load_node(f"builtin:{name}")
-        topo = node.topology
-        assert topo is not None
+        topo = load(name)
         n = topo.n
         sizes[name] = n
         counts = list(range(1, n + 1)) if n <= 16 else [1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 36, 48, 64, 72]
