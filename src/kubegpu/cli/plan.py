@@ -7,7 +7,6 @@ Thin layer: parse flags, call ``kubegpu.plan``, render a rich report or ``--json
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -17,6 +16,7 @@ import typer
 if TYPE_CHECKING:
     from rich.console import Console
 
+from kubegpu.cli.common import print_json
 from kubegpu.model.gpu import gpu_model
 from kubegpu.plan.comm import CommPlan, CommRequest, plan_comm
 from kubegpu.plan.emit import EmittedFile, emit_pools, emit_serve, write_files
@@ -42,10 +42,6 @@ def _console() -> Console:
     from rich.console import Console
 
     return Console(width=None if sys.stdout.isatty() else 140, highlight=False)
-
-
-def _print_json(obj: object) -> None:
-    typer.echo(json.dumps(obj, indent=2, ensure_ascii=False))
 
 
 def _report_emitted(console: Console, directory: Path, files: list[EmittedFile]) -> None:
@@ -191,7 +187,7 @@ def serve(
         doc = serve_json(plan)
         if emit is not None:
             doc["emitted"] = [str(emit / f.name) for f in files]
-        _print_json(doc)
+        print_json(doc)
     else:
         _render_serve(plan)
         if files and emit is not None:
@@ -284,7 +280,7 @@ def pools(
         doc = pools_json(plan)
         if emit is not None:
             doc["emitted"] = [str(emit / f.name) for f in files]
-        _print_json(doc)
+        print_json(doc)
         return
     _render_pools(plan)
     if files and emit is not None:
@@ -374,7 +370,7 @@ def comm(
         )
     )
     if as_json:
-        _print_json(comm_json(plan))
+        print_json(comm_json(plan))
     else:
         _render_comm(plan)
 
