@@ -338,11 +338,13 @@ def _recommend(req: ServeRequest, options: Sequence[ServeOption], base_ms: float
     reasons: list[str] = []
     candidates = list(options)
 
-    def keep(pred: Callable[[ServeOption], bool], why_dropped: str, why_none: str) -> bool:
+    def keep(
+        pred: Callable[[ServeOption], bool], why_dropped: str, why_none: str, *, always: bool = False
+    ) -> bool:
         nonlocal candidates
         kept = [o for o in candidates if pred(o)]
         dropped = [o for o in candidates if not pred(o)]
-        if dropped and why_dropped:
+        if (dropped or always) and why_dropped:
             reasons.append(why_dropped.format(names=_names(dropped)))
         candidates = kept
         if not kept:
@@ -363,15 +365,17 @@ def _recommend(req: ServeRequest, options: Sequence[ServeOption], base_ms: float
     # 2. Latency-sensitive: no time-slicing (and no MPS: shared SMs and bandwidth jitter too).
     if req.latency_sensitive and not keep(
         lambda o: o.isolation is Isolation.HARDWARE,
-        "latency-sensitive: time-slicing and MPS excluded, neighbours make the step time jitter",
+        "latency-sensitive: no time-slicing or MPS, neighbours make the step time jitter",
         "nothing left once time-slicing and MPS are excluded",
+        always=True,
     ):
         return Recommendation(option=None, reasons=tuple(reasons))
     # 3. Separate tenants need hard isolation: MIG slices or whole cards.
     if req.multi_tenant and not keep(
         lambda o: o.isolation is Isolation.HARDWARE,
-        "multi-tenant: tenants need hard isolation, so MIG or whole cards; time-slicing and MPS excluded",
+        "multi-tenant: tenants need hard isolation, so MIG or whole cards, no time-slicing or MPS",
         "nothing left with hard isolation",
+        always=True,
     ):
         return Recommendation(option=None, reasons=tuple(reasons))
     if req.max_step_ms is not None:
@@ -402,6 +406,15 @@ def _recommend(req: ServeRequest, options: Sequence[ServeOption], base_ms: float
         reasons.append(
             f"fewest cards: {best.label} holds {best.instances_per_gpu} per card, so {best.gpus_needed}"
             f" card(s) ({_per_gpu_text(best)}) instead of {exclusive.gpus_needed} whole cards"
+        )
+    if best.isolation is Isolation.NONE:
+        reasons.append(
+            "one tenant, not latency-sensitive: sharing without isolation is acceptable"
+            + (
+                " (MPS: one tenant's processes run kernels concurrently, less jitter than time-slicing)"
+                if best.mode is SharingMode.MPS
+                else ""
+            )
         )
     reasons.append(
         f"decode {best.step_ms:.2f} ms per step per instance vs {base_ms:.2f} ms on a whole card"

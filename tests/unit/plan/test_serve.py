@@ -206,3 +206,9 @@ def test_recommendation_fits_meets_every_criterion_and_uses_the_fewest_cards(req
     assert rec.gpus_needed == math.ceil(instances / rec.instances_per_gpu)
     assert sum(rec.per_gpu) == instances
     assert rec.kv_gb_left >= kv
+
+
+def test_every_criterion_given_is_named_in_the_reasons_even_when_it_removes_nothing_more() -> None:
+    reasons = exercise1(latency_sensitive=True).recommendation.reasons
+    assert any(r.startswith("latency-sensitive:") for r in reasons)
+    assert any(r.startswith("multi-tenant:") for r in reasons)
