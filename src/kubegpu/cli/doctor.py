@@ -85,6 +85,8 @@ def _render(report: Report, *, verbose: bool, title: str) -> None:
         head.append(f"{first.id}", style="bold")
         head.append(f" ({first.layer.value}): {first.summary}")
         console.print(head)
+        for i, fix_line in enumerate(first.fix.splitlines()):
+            console.print(Text(f"  {'fix: ' if i == 0 else '     '}{fix_line}", style="cyan"))
     else:
         console.print(Text("No broken link found.", style="bold green"))
     layer = None

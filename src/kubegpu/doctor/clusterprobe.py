@@ -62,10 +62,15 @@ def dig(obj: Mapping[str, Any] | None, *keys: str, default: Any = None) -> Any:
 
 
 def _items(doc: Any) -> list[ApiObject]:
+    """The objects of a List (``kubectl get -o json``) or a typed list (``NodeList``, the raw API), or
+    of a single object; items of a typed list get its ``kind`` (the API leaves it out of each item)."""
     if isinstance(doc, list):
         return [d for d in doc if isinstance(d, dict)]
     if isinstance(doc, dict) and isinstance(doc.get("items"), list):
-        return [d for d in doc["items"] if isinstance(d, dict)]
+        list_kind = str(doc.get("kind", ""))
+        item_kind = list_kind[:-4] if list_kind.endswith("List") and list_kind != "List" else None
+        items = [d for d in doc["items"] if isinstance(d, dict)]
+        return [d if "kind" in d or item_kind is None else {"kind": item_kind, **d} for d in items]
     if isinstance(doc, dict) and "kind" in doc:
         return [doc]
     return []
