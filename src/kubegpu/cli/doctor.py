@@ -8,8 +8,8 @@ Exit 0 when nothing fails, 1 when something does, 2 on bad usage.
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -124,6 +124,7 @@ def register(app: typer.Typer) -> None:
     @doctor.callback(invoke_without_command=True)
     def doctor_all(
         ctx: typer.Context,
+        *,
         host_root: HostRoot = Path("/"),
         node: NodeName = None,
         kubeconfig: Kubeconfig = None,
@@ -145,6 +146,7 @@ def register(app: typer.Typer) -> None:
 
     @doctor.command("node")
     def doctor_node(
+        *,
         host_root: HostRoot = Path("/"),
         as_json: JsonOut = False,
         verbose: Verbose = False,
@@ -160,6 +162,7 @@ def register(app: typer.Typer) -> None:
 
     @doctor.command("cluster")
     def doctor_cluster(
+        *,
         node: NodeName = None,
         kubeconfig: Kubeconfig = None,
         context: KubeContext = None,
@@ -176,6 +179,7 @@ def register(app: typer.Typer) -> None:
     @doctor.command("pod")
     def doctor_pod(
         target: Annotated[str, typer.Argument(metavar="NAMESPACE/NAME", help="The pod to examine.")],
+        *,
         kubeconfig: Kubeconfig = None,
         context: KubeContext = None,
         recorded: Recorded = None,

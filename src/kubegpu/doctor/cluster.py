@@ -132,7 +132,10 @@ def node_name(node: ApiObject) -> str:
 
 @dataclass(kw_only=True)
 class ClusterContext:
-    """What the cluster checks run against; ``unreachable_is_skip`` for ``kubegpu doctor`` without a cluster."""
+    """What the cluster checks run against.
+
+    ``unreachable_is_skip`` is for bare ``kubegpu doctor``, which must work on a host without a cluster.
+    """
 
     connect: Callable[[], ClusterApi]
     node: str | None = None
@@ -199,7 +202,8 @@ def check_api(ctx: ClusterContext) -> Outcome:
             return skip(f"no cluster reachable, cluster checks skipped: {exc}")
         return fail(
             f"cannot reach the Kubernetes API: {exc}",
-            fix="kubectl cluster-info  # check KUBECONFIG / --kubeconfig / --context, or run inside the cluster",
+            fix="kubectl cluster-info  # check KUBECONFIG / --kubeconfig / --context, "
+            "or run inside the cluster",
         )
     if ctx.node is not None and not ctx.node_is_hint and not ctx.scope:
         return fail(
@@ -218,7 +222,7 @@ def _plugin_log_findings(ctx: ClusterContext, pod: ApiObject) -> list[tuple[str,
     """(pod, log line, cause, fix) for every row of the seed's table found in the plugin's logs."""
     ns = str(dig(pod, "metadata", "namespace"))
     name = str(dig(pod, "metadata", "name"))
-    hits = []
+    hits: list[tuple[str, str, str, str]] = []
     for status in dig(pod, "status", "containerStatuses", default=[]) or []:
         texts = [ctx.api.read_log(ns, name, status.get("name", ""))]
         if _int(status.get("restartCount", 0)) > 0:
@@ -242,7 +246,8 @@ def check_plugin_pod(ctx: ClusterContext) -> Outcome:
             _int(s.get("restartCount", 0)) for s in dig(pod, "status", "containerStatuses", default=[]) or []
         )
         evidence.append(
-            f"{pod_name(pod)} on {dig(pod, 'spec', 'nodeName')}: {dig(pod, 'status', 'phase')}, restarts {restarts}"
+            f"{pod_name(pod)} on {dig(pod, 'spec', 'nodeName')}: "
+            f"{dig(pod, 'status', 'phase')}, restarts {restarts}"
         )
     log_hits = [hit for pod in pods for hit in _plugin_log_findings(ctx, pod)]
     broken = []
@@ -322,7 +327,8 @@ def check_allocatable(ctx: ClusterContext) -> Outcome:
             f"node(s) {', '.join(node_name(n) for n in empty)} have no nvidia.com/gpu in allocatable: the "
             "device plugin is not up, or the driver is broken",
             *evidence,
-            fix="kubectl -n kube-system get pods -o wide | grep nvidia-device-plugin; kubectl logs <plugin-pod>\n"
+            fix="kubectl -n kube-system get pods -o wide | grep nvidia-device-plugin; "
+            "kubectl logs <plugin-pod>\n"
             "on the node: kubegpu doctor node\n"
             "if the plugin is Running and its socket is in /var/lib/kubelet/device-plugins: "
             "systemctl restart kubelet",
@@ -348,7 +354,8 @@ def check_capacity(ctx: ClusterContext) -> Outcome:
             + ", ".join(f"{node_name(n)} has {c - a} of {c} unhealthy" for n, c, a in lost)
             + " (the device plugin reported them unhealthy: XID error or ECC fault)",
             *evidence,
-            fix="kubectl describe node <node>  # events; on the node: dmesg | grep -i xid; kubegpu doctor node\n"
+            fix="kubectl describe node <node>  # events; on the node: dmesg | grep -i xid; "
+            "kubegpu doctor node\n"
             "kubectl drain <node>, reset the GPU or reboot; the plugin re-advertises it after a restart",
         )
     return ok("capacity equals allocatable on every GPU node (no GPU marked unhealthy)")
@@ -357,7 +364,7 @@ def check_capacity(ctx: ClusterContext) -> Outcome:
 def check_node_ready(ctx: ClusterContext) -> Outcome:
     not_ready, cordoned = [], []
     for node in ctx.scope:
-        ready = next(
+        ready: dict[str, Any] = next(
             (c for c in dig(node, "status", "conditions", default=[]) or [] if c.get("type") == "Ready"), {}
         )
         if ready.get("status") != "True":
@@ -422,11 +429,13 @@ def check_taints(ctx: ClusterContext) -> Outcome:
         )
     if untainted:
         return warn(
-            f"GPU node(s) without the nvidia.com/gpu NoSchedule taint: {', '.join(untainted)}; pods that need "
+            f"GPU node(s) without the nvidia.com/gpu NoSchedule taint: {', '.join(untainted)}; "
+            "pods that need "
             "no GPU can fill their CPU and memory",
             *evidence,
             fix="\n".join(f"kubectl taint nodes {n} nvidia.com/gpu=present:NoSchedule" for n in untainted)
-            + "\nand give GPU pods: tolerations: [{key: nvidia.com/gpu, operator: Exists, effect: NoSchedule}]",
+            + "\nand give GPU pods: "
+            "tolerations: [{key: nvidia.com/gpu, operator: Exists, effect: NoSchedule}]",
         )
     return ok("every GPU node carries the nvidia.com/gpu NoSchedule taint", *evidence)
 

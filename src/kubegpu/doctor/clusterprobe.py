@@ -163,9 +163,11 @@ class LiveCluster:
     """The API server, through the official client (kubeconfig, or in-cluster service account)."""
 
     def __init__(self, *, kubeconfig: str | None = None, context: str | None = None) -> None:
-        from kubernetes import client, config
+        from kubernetes import client
+        from kubernetes import config as untyped_config
         from kubernetes.config.config_exception import ConfigException
 
+        config: Any = untyped_config  # the client's loaders carry no annotations
         configuration = client.Configuration()
         try:
             if kubeconfig is None and _in_cluster():

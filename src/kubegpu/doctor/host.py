@@ -495,7 +495,10 @@ def _xid_fix(xid: int) -> str:
             "nvidia-smi -q -d ECC,ROW_REMAPPER; RMA if remapping failed (Xid 64) or errors recur"
         )
     elif xid == 74:
-        action = "nvidia-smi nvlink -s; kubectl drain <node>; reset the GPU; contact support if NVLink errors recur"
+        action = (
+            "nvidia-smi nvlink -s; kubectl drain <node>; reset the GPU; "
+            "contact support if NVLink errors recur"
+        )
     elif xid in (119, 120):
         action = (
             "kubectl drain <node>; reboot; update the driver (GSP firmware timeouts are fixed per branch)"

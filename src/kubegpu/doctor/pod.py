@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from functools import cached_property
+from typing import Any
 
 from kubegpu.doctor.chain import Check
 from kubegpu.doctor.cluster import (
@@ -198,7 +199,8 @@ def _explain_clause(ctx: PodContext, clause: str) -> tuple[int, str, list[str], 
             2,
             f"the pod's nodeSelector/affinity matches no node with a free GPU ({clause})",
             evidence,
-            "fix the pod's nodeSelector/affinity, or label the GPU node: kubectl label nodes <node> <key>=<value>",
+            "fix the pod's nodeSelector/affinity, or label the GPU node: "
+            "kubectl label nodes <node> <key>=<value>",
         )
     if "insufficient cpu" in low or "insufficient memory" in low:
         asked = [
@@ -235,7 +237,8 @@ SANDBOX_TABLE: tuple[tuple[str, str, str], ...] = (
     ),
     (
         r"nvidia-container-cli|nvidia-container-runtime",
-        "the NVIDIA runtime hook failed while creating the container (driver not loaded or libraries missing)",
+        "the NVIDIA runtime hook failed while creating the container "
+        "(driver not loaded or libraries missing)",
         "on the node: kubegpu doctor node  # host.driver-loaded, host.nvml, runtime.*",
     ),
     (
@@ -254,7 +257,7 @@ def check_pending(ctx: PodContext) -> Outcome:
         return ok(f"the pod is {phase}" + (f" on {node}" if node else ""))
     if not node:
         messages = [str(e.get("message", "")) for e in ctx.events if e.get("reason") == "FailedScheduling"]
-        condition = next(
+        condition: dict[str, Any] = next(
             (
                 c
                 for c in dig(pod, "status", "conditions", default=[]) or []
@@ -281,7 +284,8 @@ def check_pending(ctx: PodContext) -> Outcome:
         )
     texts = [f"event {e.get('reason')}: {e.get('message')}" for e in ctx.events if e.get("type") == "Warning"]
     texts += [
-        f"container {s.get('name')}: {dig(s, 'state', 'waiting', 'reason')}: {dig(s, 'state', 'waiting', 'message', default='')}"
+        f"container {s.get('name')}: {dig(s, 'state', 'waiting', 'reason')}: "
+        f"{dig(s, 'state', 'waiting', 'message', default='')}"
         for s in dig(pod, "status", "containerStatuses", default=[]) or []
         if dig(s, "state", "waiting")
     ]
@@ -377,7 +381,8 @@ LOG_TABLE: tuple[tuple[str, str, str], ...] = (
         r"no kernel image is available for execution on the device",
         "the image's CUDA build has no code for this GPU's compute capability (CUDA too old for the "
         "architecture, or too new and dropped it)",
-        "use an image built for the GPU's compute capability (node label nvidia.com/gpu.compute.major/minor): "
+        "use an image built for the GPU's compute capability "
+        "(node label nvidia.com/gpu.compute.major/minor): "
         "a newer CUDA base for Ampere/Hopper, or one that still supports older GPUs; or build with "
         "TORCH_CUDA_ARCH_LIST / -gencode for it",
     ),
@@ -428,8 +433,10 @@ def _nvml_unknown_error(ctx: PodContext, line: str) -> tuple[str, list[str], str
         "(2) the pod requests no GPU, so the device plugin injected none: "
         + (f"ruled out, it requests {ctx.gpus}" if ctx.gpus else "APPLIES: no nvidia.com/gpu in limits"),
         "(3) the driver and the container's CUDA are incompatible: "
-        f"image CUDA {cuda.group(1) if cuda else 'unknown'}, node driver {driver or 'unknown (no GFD label)'}",
-        "(4) cgroup v2: the device cgroup was rewritten after the container started (systemctl daemon-reload, "
+        f"image CUDA {cuda.group(1) if cuda else 'unknown'}, "
+        f"node driver {driver or 'unknown (no GFD label)'}",
+        "(4) cgroup v2: the device cgroup was rewritten after the container started "
+        "(systemctl daemon-reload, "
         "container update); NVIDIA's fix: CDI device injection (nvidia-ctk cdi generate, plugin "
         "deviceListStrategy cdi-cri) or nvidia-ctk system create-dev-char-symlinks --create-all",
     ]
@@ -438,8 +445,10 @@ def _nvml_unknown_error(ctx: PodContext, line: str) -> tuple[str, list[str], str
         f"'Failed to initialize NVML: Unknown Error' in the container; most likely {likely.split(',')[0]}"
     )
     fix = (
-        f"kubectl -n {ctx.namespace} describe pod {ctx.name}  # 1. requests/limits really hold nvidia.com/gpu\n"
-        f"kubectl -n {ctx.namespace} exec {ctx.name} -- ls -l /dev/nvidia*  # 2. the devices reached the container\n"
+        f"kubectl -n {ctx.namespace} describe pod {ctx.name}  "
+        "# 1. requests/limits really hold nvidia.com/gpu\n"
+        f"kubectl -n {ctx.namespace} exec {ctx.name} -- ls -l /dev/nvidia*  "
+        "# 2. the devices reached the container\n"
         "on the node: nvidia-smi, and kubectl logs <device-plugin-pod>  # 3. host driver and plugin"
     )
     return summary, [f"log: {line}", *causes], fix

@@ -94,8 +94,8 @@ def _containerd_files(probe: HostProbe) -> tuple[list[Path], list[str]]:
             errors.append(f"{probe.display(path)}: {exc}")
             continue
         imports = doc.get("imports")
-        for pattern in imports if isinstance(imports, list) else []:
-            pattern = str(pattern)
+        for entry in imports if isinstance(imports, list) else []:
+            pattern = str(entry)
             host_pattern = pattern if pattern.startswith("/") else f"{probe.display(path.parent)}/{pattern}"
             parent, _, glob = host_pattern.rpartition("/")
             queue.extend(probe.glob(parent or "/", glob))
@@ -152,7 +152,7 @@ def check_containerd(ctx: NodeContext) -> Outcome:
             *evidence,
             fix=CONTAINERD_FIX,
         )
-    for name, (binary, where) in runtimes.items():
+    for name, (binary, _where) in runtimes.items():
         if binary.startswith("/") and not probe.exists(binary):
             return fail(
                 f"containerd runtime {name!r} points at {binary}, which does not exist",

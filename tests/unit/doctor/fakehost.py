@@ -136,5 +136,6 @@ class FakeHost:
             + devices
             + "  - name: all\n    containerEdits:\n      deviceNodes:\n      - path: /dev/nvidia0\n"
             "containerEdits:\n  deviceNodes:\n  - path: /dev/nvidiactl\n  - path: /dev/nvidia-uvm\n"
-            f"  mounts:\n  - hostPath: {lib}\n    containerPath: {lib}\n    options: [ro, nosuid, nodev, bind]\n",
+            f"  mounts:\n  - hostPath: {lib}\n    containerPath: {lib}\n"
+            "    options: [ro, nosuid, nodev, bind]\n",
         )

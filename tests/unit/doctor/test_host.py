@@ -176,7 +176,8 @@ def test_persistence_mode_off_warns_with_the_seed_command(host: FakeHost) -> Non
 def test_gpu_fallen_off_the_bus_is_a_disappeared_gpu_and_a_fatal_xid(host: FakeHost) -> None:
     host.nvidia_smi([("0", GPUS[0], "Enabled")])
     host.kern_log(
-        "Nov 30 06:10:00 gpu-node-1 kernel: [ 600.1] NVRM: Xid (PCI:0000:86:00): 79, pid=0, GPU has fallen off the bus."
+        "Nov 30 06:10:00 gpu-node-1 kernel: [ 600.1] "
+        "NVRM: Xid (PCI:0000:86:00): 79, pid=0, GPU has fallen off the bus."
     )
     report = run(host)
     count = report.by_id("host.gpu-count")

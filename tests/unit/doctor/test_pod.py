@@ -36,7 +36,8 @@ def test_missing_pod_fails_and_blocks_the_pod_checks(cluster: RecordedCluster) -
 def test_scheduling_message_splits_into_clauses() -> None:
     msg = (
         "0/3 nodes are available: 1 Insufficient nvidia.com/gpu, 2 node(s) had untolerated taint "
-        "{node-role.kubernetes.io/control-plane: }. preemption: 0/3 nodes are available: 3 No preemption victims."
+        "{node-role.kubernetes.io/control-plane: }. "
+        "preemption: 0/3 nodes are available: 3 No preemption victims."
     )
     assert scheduling_clauses(msg) == [
         "1 Insufficient nvidia.com/gpu",
@@ -47,7 +48,8 @@ def test_scheduling_message_splits_into_clauses() -> None:
 def test_insufficient_gpus_names_who_holds_them_on_which_node(cluster: RecordedCluster) -> None:
     f = schedule_fail(
         cluster,
-        "0/3 nodes are available: 2 Insufficient nvidia.com/gpu, 1 node(s) didn't match Pod's node affinity/selector.",
+        "0/3 nodes are available: 2 Insufficient nvidia.com/gpu, "
+        "1 node(s) didn't match Pod's node affinity/selector.",
     ).by_id("pod.pending")
     assert f.status is Status.FAIL
     assert "not enough free GPUs for 8" in f.summary
@@ -60,7 +62,8 @@ def test_insufficient_gpus_names_who_holds_them_on_which_node(cluster: RecordedC
 def test_untolerated_gpu_taint_gives_the_toleration(cluster: RecordedCluster) -> None:
     f = schedule_fail(
         cluster,
-        "0/3 nodes are available: 2 node(s) had untolerated taint {nvidia.com/gpu: present}, 1 Insufficient nvidia.com/gpu.",
+        "0/3 nodes are available: 2 node(s) had untolerated taint {nvidia.com/gpu: present}, "
+        "1 Insufficient nvidia.com/gpu.",
     ).by_id("pod.pending")
     assert f.status is Status.FAIL
     assert "taint" in f.summary
@@ -113,7 +116,8 @@ def test_missing_nvidia_runtime_handler_is_named_from_the_sandbox_event(cluster:
             "Pod",
             "rc",
             "FailedCreatePodSandBox",
-            'Failed to create pod sandbox: rpc error: code = Unknown desc = failed to get sandbox runtime: no runtime for "nvidia" is configured',
+            "Failed to create pod sandbox: rpc error: code = Unknown desc = failed to get sandbox runtime: "
+            'no runtime for "nvidia" is configured',
         )
     )
     f = report(cluster, "ml/rc").by_id("pod.pending")

@@ -154,7 +154,8 @@ def test_docker_without_nvidia_runtime_only_warns_when_kubelet_does_not_use_it(h
 def test_docker_with_nvidia_runtime_passes(host: FakeHost) -> None:
     host.write(
         "etc/docker/daemon.json",
-        '{"default-runtime": "nvidia", "runtimes": {"nvidia": {"path": "nvidia-container-runtime", "args": []}}}',
+        '{"default-runtime": "nvidia", '
+        '"runtimes": {"nvidia": {"path": "nvidia-container-runtime", "args": []}}}',
     )
     f = finding(host, "runtime.docker")
     assert f.status is Status.OK and "'nvidia'" in f.summary
