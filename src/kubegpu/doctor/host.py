@@ -36,6 +36,7 @@ SMI_QUERY = (
     "--format=csv,noheader",
 )
 _MODULE_VERSION_RE = re.compile(r"Kernel Module(?: for \S+)?\s+(\d+\.\d+(?:\.\d+)?)")
+_BOOT_BANNER_RE = re.compile(r"kernel: (\[\s*0\.0+\] )?Linux version ")
 _LIBNVML_RE = re.compile(r"libnvidia-ml\.so\.(\d+\.\d+(?:\.\d+)?)$")
 
 ID_GPU_PRESENT = CheckId("host.gpu-present")
@@ -177,7 +178,12 @@ class HostFacts:
         for rel in ("var/log/kern.log", "var/log/messages"):
             text = self.probe.read_text(rel)
             if text is not None:
-                return "/" + rel, text.splitlines()
+                lines = text.splitlines()
+                # only since the last boot, like dmesg: XIDs before a reboot are history
+                boots = [i for i, line in enumerate(lines) if _BOOT_BANNER_RE.search(line)]
+                return f"/{rel} (since the last boot)" if boots else "/" + rel, lines[
+                    boots[-1] if boots else 0 :
+                ]
         return None
 
 

@@ -66,7 +66,7 @@ class FakeHost:
         self.command("nvidia-smi", smi_csv(rows))
 
     def kern_log(self, *lines: str) -> None:
-        base = ["Nov 30 06:00:01 gpu-node-1 kernel: [    1.0] Linux version " + KERNEL]
+        base = ["Nov 30 06:00:01 gpu-node-1 kernel: [    0.000000] Linux version " + KERNEL]
         self.write("var/log/kern.log", "\n".join(base + list(lines)) + "\n")
 
     def touch_socket(self, name: str, mtime: float) -> None:

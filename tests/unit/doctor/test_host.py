@@ -217,3 +217,14 @@ def test_module_version_falls_back_to_proc_driver_version(host: FakeHost) -> Non
     finding = run(host).by_id("host.driver-version")
     assert finding.status is Status.OK
     assert f"kernel module: {DRIVER}" in finding.evidence
+
+
+def test_xids_from_before_the_last_boot_are_history(host: FakeHost) -> None:
+    old = "Nov 29 23:00:00 gpu-node-1 kernel: [ 9.0] NVRM: Xid (PCI:0000:3b:00): 79, pid=0, fell off the bus."
+    text = (host.root / "var/log/kern.log").read_text()
+    host.write("var/log/kern.log", old + "\n" + text)
+    finding = run(host).by_id("host.xid")
+    assert finding.status is Status.OK
+    assert "since the last boot" in finding.summary
+    host.write("var/log/kern.log", text + old + "\n")
+    assert run(host).by_id("host.xid").status is Status.FAIL
