@@ -170,8 +170,13 @@ class ClusterContext:
         )
 
     @cached_property
+    def pods(self) -> list[ApiObject]:
+        """Every pod in the cluster, read once (one API call, however many GPU nodes there are)."""
+        return self.api.list_pods()
+
+    @cached_property
     def plugin_pods(self) -> list[ApiObject]:
-        return [p for p in self.api.list_pods() if is_plugin_pod(p)]
+        return [p for p in self.pods if is_plugin_pod(p)]
 
 
 def is_gpu_node(node: ApiObject) -> bool:

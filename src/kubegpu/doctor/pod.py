@@ -158,8 +158,10 @@ def _gpu_holders(ctx: PodContext) -> list[str]:
         alloc = gpu_count(dig(node, "status", "allocatable"))
         holders = [
             (pod_name(p), pod_gpu_request(p))
-            for p in ctx.cluster.api.list_pods(node_name=node_name(node))
-            if not pod_terminated(p) and pod_gpu_request(p) > 0
+            for p in ctx.cluster.pods
+            if dig(p, "spec", "nodeName") == node_name(node)
+            and not pod_terminated(p)
+            and pod_gpu_request(p) > 0
         ]
         used = sum(n for _, n in holders)
         who = ", ".join(f"{name} ({n})" for name, n in holders) or "nobody"
