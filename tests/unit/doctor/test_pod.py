@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from kubegpu.doctor import RecordedCluster, Status, pod_report
 from kubegpu.doctor.chain import Report
@@ -260,3 +262,25 @@ def test_pod_that_never_started_has_no_logs_to_read(cluster: RecordedCluster) ->
 def test_a_succeeded_pod_is_not_pending(cluster: RecordedCluster) -> None:
     assert pod(cluster, "default", "gpu-test")["status"]["phase"] == "Succeeded"
     assert report(cluster, "default/gpu-test").by_id("pod.pending").status is Status.OK
+
+
+REASONS = st.sampled_from(
+    [
+        "Insufficient nvidia.com/gpu",
+        "Insufficient cpu",
+        "Insufficient memory",
+        "node(s) didn't match Pod's node affinity/selector",
+        "node(s) had untolerated taint {nvidia.com/gpu: present}",
+        "node(s) had untolerated taint {node-role.kubernetes.io/control-plane: }",
+        "node(s) were unschedulable",
+    ]
+)
+
+
+@given(st.lists(st.tuples(st.integers(min_value=1, max_value=500), REASONS), min_size=1, max_size=6))
+def test_every_clause_of_a_scheduler_message_is_recovered(clauses: list[tuple[int, str]]) -> None:
+    total = sum(n for n, _ in clauses)
+    body = ", ".join(f"{n} {reason}" for n, reason in clauses)
+    preemption = f"preemption: 0/{total} nodes are available: {total} No preemption victims found."
+    message = f"0/{total} nodes are available: {body}. {preemption}"
+    assert scheduling_clauses(message) == [f"{n} {reason}" for n, reason in clauses]
