@@ -32,6 +32,7 @@ ID_CAPACITY = CheckId("cluster.capacity")
 ID_NODE_READY = CheckId("cluster.node-ready")
 ID_LABELS = CheckId("cluster.labels")
 ID_TAINTS = CheckId("cluster.taints")
+ID_OPERATOR = CheckId("cluster.gpu-operator")
 
 GPU_LABELS = (
     ("nvidia.com/gpu.present", "true"),
@@ -44,6 +45,10 @@ PLUGIN_LABELS = (
     ("name", "nvidia-device-plugin-ds"),
     ("app", "nvidia-device-plugin-daemonset"),
 )
+GPU_OPERATOR_NAMESPACES = ("gpu-operator", "nvidia-gpu-operator")
+# Components of the GPU Operator that are links of the chain (a broken one breaks GPU delivery); the
+# others (DCGM exporter, feature discovery, validators) only degrade monitoring or labels.
+CHAIN_COMPONENTS = ("nvidia-driver-daemonset", "nvidia-container-toolkit-daemonset")
 HEALTH_TAINT_HINTS = ("xid", "gpu-error", "gpu-lost", "nvlink-error", "unmonitored")
 POD_FAILURE_REASONS = (
     "CrashLoopBackOff",
@@ -445,9 +450,69 @@ def check_taints(ctx: ClusterContext) -> Outcome:
     return ok("every GPU node carries the nvidia.com/gpu NoSchedule taint", *evidence)
 
 
+def _pod_problem(pod: ApiObject) -> str | None:
+    phase = dig(pod, "status", "phase")
+    if phase == "Succeeded":
+        return None
+    waiting = [
+        str(dig(s, "state", "waiting", "reason"))
+        for s in dig(pod, "status", "containerStatuses", default=[]) or []
+        if dig(s, "state", "waiting", "reason")
+    ]
+    if phase != "Running" or waiting:
+        return ", ".join(waiting) or str(phase)
+    return None
+
+
+def check_gpu_operator(ctx: ClusterContext) -> Outcome:
+    scope = {node_name(n) for n in ctx.scope}
+    stack = [
+        p
+        for p in ctx.pods
+        if dig(p, "metadata", "namespace") in GPU_OPERATOR_NAMESPACES
+        and (dig(p, "spec", "nodeName") in scope or not dig(p, "spec", "nodeName"))
+    ]
+    mig_states = [
+        (node_name(n), str(dig(n, "metadata", "labels", "nvidia.com/mig.config.state")))
+        for n in ctx.scope
+        if dig(n, "metadata", "labels", "nvidia.com/mig.config.state") not in (None, "success")
+    ]
+    if not stack and not mig_states:
+        return skip("no GPU Operator pods (namespace gpu-operator or nvidia-gpu-operator) on the GPU nodes")
+    broken = [(pod_name(p), problem) for p in stack if (problem := _pod_problem(p)) is not None]
+    evidence = [f"{pod_name(p)} on {dig(p, 'spec', 'nodeName')}: {dig(p, 'status', 'phase')}" for p in stack]
+    evidence += [f"{n}: nvidia.com/mig.config.state={state}" for n, state in mig_states]
+    chain = [(name, problem) for name, problem in broken if any(c in name for c in CHAIN_COMPONENTS)]
+    failed_mig = [n for n, state in mig_states if state == "failed"]
+    if chain or failed_mig:
+        return fail(
+            "GPU Operator component(s) that deliver the GPU are broken: "
+            + ", ".join(
+                [f"{n} ({p})" for n, p in chain] + [f"MIG reconfiguration failed on {n}" for n in failed_mig]
+            ),
+            *evidence,
+            fix="kubectl -n gpu-operator describe pod <pod>; "
+            "kubectl -n gpu-operator logs <pod> --all-containers\n"
+            "MIG: kubectl -n gpu-operator logs -l app=nvidia-mig-manager; "
+            "check the nvidia.com/mig.config label",
+        )
+    if broken or mig_states:
+        return warn(
+            "GPU Operator pod(s) not running: "
+            + ", ".join(
+                [f"{n} ({p})" for n, p in broken] + [f"MIG config {s} on {n}" for n, s in mig_states]
+            ),
+            *evidence,
+            fix="kubectl -n gpu-operator get pods -o wide  "
+            "# device plugin, DCGM, MIG manager should be Running",
+        )
+    return ok(f"{len(stack)} GPU Operator pod(s) running on the GPU nodes", *evidence)
+
+
 CLUSTER_CHECKS: tuple[Check[ClusterContext], ...] = (
     Check(id=ID_API, layer=Layer.CLUSTER, needs=(), run=check_api),
     Check(id=ID_PLUGIN_POD, layer=Layer.PLUGIN, needs=(ID_API,), run=check_plugin_pod),
+    Check(id=ID_OPERATOR, layer=Layer.CLUSTER, needs=(ID_API,), run=check_gpu_operator),
     Check(id=ID_ALLOCATABLE, layer=Layer.CLUSTER, needs=(ID_API,), run=check_allocatable),
     Check(id=ID_CAPACITY, layer=Layer.CLUSTER, needs=(ID_API,), run=check_capacity),
     Check(id=ID_NODE_READY, layer=Layer.CLUSTER, needs=(ID_API,), run=check_node_ready),

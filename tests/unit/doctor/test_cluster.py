@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from kubegpu.doctor import ClusterUnreachable, RecordedCluster, Status, cluster_report
@@ -17,7 +19,9 @@ def report(cluster: RecordedCluster, **kwargs: object) -> Report:
 def test_healthy_recorded_cluster_passes_every_check(cluster: RecordedCluster) -> None:
     r = report(cluster)
     assert r.exit_code == 0
-    assert {f.status for f in r.findings} == {Status.OK}, [f for f in r.findings if f.status is not Status.OK]
+    statuses = {f.id: f.status for f in r.findings}
+    assert statuses.pop("cluster.gpu-operator") is Status.SKIP  # the plugin runs as a plain DaemonSet
+    assert set(statuses.values()) == {Status.OK}, [f for f in r.findings if f.status is not Status.OK]
     assert "2 in scope" in r.by_id("cluster.api").summary  # the two GPU nodes, not the CPU node
 
 
@@ -165,3 +169,39 @@ def test_raw_api_lists_without_item_kinds_are_understood(cluster: RecordedCluste
     }
     rec = RecordedCluster.from_objects([raw])
     assert [n["metadata"]["name"] for n in rec.list_nodes()] == ["gpu-node-1", "gpu-node-2", "cpu-node-1"]
+
+
+def operator_pod(
+    name: str, node_name: str, *, phase: str = "Running", waiting: str | None = None
+) -> dict[str, Any]:
+    state: dict[str, Any] = {"waiting": {"reason": waiting}} if waiting else {"running": {}}
+    return {
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": "gpu-operator"},
+        "spec": {"nodeName": node_name, "containers": [{"name": "c", "image": "x"}]},
+        "status": {"phase": phase, "containerStatuses": [{"name": "c", "restartCount": 0, "state": state}]},
+    }
+
+
+def test_gpu_operator_pods_running_pass(cluster: RecordedCluster) -> None:
+    cluster.pods += [
+        operator_pod("nvidia-dcgm-exporter-abcde", "gpu-node-1"),
+        operator_pod("gpu-feature-discovery-x", "gpu-node-2"),
+    ]
+    f = report(cluster).by_id("cluster.gpu-operator")
+    assert f.status is Status.OK and "2 GPU Operator pod(s)" in f.summary
+
+
+def test_broken_driver_daemonset_fails_but_broken_dcgm_only_warns(cluster: RecordedCluster) -> None:
+    cluster.pods.append(operator_pod("nvidia-dcgm-exporter-abcde", "gpu-node-1", waiting="CrashLoopBackOff"))
+    f = report(cluster).by_id("cluster.gpu-operator")
+    assert f.status is Status.WARN and "nvidia-dcgm-exporter-abcde (CrashLoopBackOff)" in f.summary
+    cluster.pods.append(operator_pod("nvidia-driver-daemonset-5p2xq", "gpu-node-2", phase="Pending"))
+    f = report(cluster).by_id("cluster.gpu-operator")
+    assert f.status is Status.FAIL and "nvidia-driver-daemonset-5p2xq (Pending)" in f.summary
+
+
+def test_failed_mig_reconfiguration_fails(cluster: RecordedCluster) -> None:
+    node(cluster, "gpu-node-1")["metadata"]["labels"]["nvidia.com/mig.config.state"] = "failed"
+    f = report(cluster).by_id("cluster.gpu-operator")
+    assert f.status is Status.FAIL and "MIG reconfiguration failed on gpu-node-1" in f.summary
