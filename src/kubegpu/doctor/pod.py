@@ -17,7 +17,6 @@ from kubegpu.doctor.chain import Check
 from kubegpu.doctor.cluster import (
     ID_API,
     ClusterContext,
-    gpu_count,
     is_gpu_resource,
     node_name,
     pod_gpu_request,
@@ -152,20 +151,35 @@ def scheduling_clauses(message: str) -> list[str]:
     return [f"{m.group(1)} {m.group(2).strip().rstrip('.')}" for m in _CLAUSE_RE.finditer(text.strip())]
 
 
-def _gpu_holders(ctx: PodContext) -> list[str]:
+def _resource_request(pod: ApiObject, resource: str) -> int:
+    return sum(
+        _count(dig(c, "resources", "limits", resource) or dig(c, "resources", "requests", resource))
+        for c in dig(pod, "spec", "containers", default=[]) or []
+    )
+
+
+def _count(value: object) -> int:
+    try:
+        return int(str(value))
+    except ValueError:
+        return 0
+
+
+def _gpu_holders(ctx: PodContext, resource: str) -> list[str]:
+    """Per GPU node: how many of ``resource`` are allocatable, allocated, and to which pods."""
     lines = []
     for node in ctx.cluster.scope:
-        alloc = gpu_count(dig(node, "status", "allocatable"))
+        alloc = _count(dig(node, "status", "allocatable", resource, default=0))
         holders = [
-            (pod_name(p), pod_gpu_request(p))
+            (pod_name(p), _resource_request(p, resource))
             for p in ctx.cluster.pods
             if dig(p, "spec", "nodeName") == node_name(node)
             and not pod_terminated(p)
-            and pod_gpu_request(p) > 0
+            and _resource_request(p, resource) > 0
         ]
         used = sum(n for _, n in holders)
         who = ", ".join(f"{name} ({n})" for name, n in holders) or "nobody"
-        lines.append(f"{node_name(node)}: {used}/{alloc} GPU(s) allocated, held by {who}")
+        lines.append(f"{node_name(node)}: {used}/{alloc} {resource} allocated, held by {who}")
     return lines
 
 
@@ -173,11 +187,29 @@ def _explain_clause(ctx: PodContext, clause: str) -> tuple[int, str, list[str], 
     """(priority, cause, evidence, fix) for one FailedScheduling reason; lower priority is reported first."""
     low = clause.lower()
     spec = ctx.spec_pod.get("spec", {})
-    if "insufficient" in low and ("nvidia.com/" in low):
+    insufficient = re.match(r"\d+ Insufficient (\S+)", clause)
+    if insufficient and is_gpu_resource(insufficient.group(1)):
+        resource = insufficient.group(1)
+        asked_for = _resource_request(ctx.spec_pod, resource)
+        advertised = [n for n in ctx.cluster.nodes if _count(dig(n, "status", "allocatable", resource)) > 0]
+        if not advertised:
+            others = sorted(
+                {k for n in ctx.cluster.nodes for k in dig(n, "status", "allocatable", default={}) or {}}
+            )
+            gpu_kinds = [k for k in others if is_gpu_resource(k)]
+            return (
+                0,
+                f"no node advertises {resource} at all ({clause})",
+                [f"resources advertised in the cluster: {', '.join(gpu_kinds) or 'none'}"],
+                "MIG resources (nvidia.com/mig-<profile>) exist only with the device plugin's mixed MIG "
+                "strategy on MIG-partitioned GPUs "
+                "(kubectl label nodes <node> nvidia.com/mig.config=<config>); "
+                "otherwise request nvidia.com/gpu",
+            )
         return (
             0,
-            f"not enough free GPUs for {ctx.gpus} ({clause})",
-            _gpu_holders(ctx),
+            f"not enough free {resource} for {asked_for} ({clause})",
+            _gpu_holders(ctx, resource),
             "free GPUs (scale down or delete a holder listed above), add GPU nodes, or make the pod's "
             "nodeSelector/tolerations match the GPU nodes that have free GPUs",
         )

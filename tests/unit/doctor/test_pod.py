@@ -54,10 +54,10 @@ def test_insufficient_gpus_names_who_holds_them_on_which_node(cluster: RecordedC
         "1 node(s) didn't match Pod's node affinity/selector.",
     ).by_id("pod.pending")
     assert f.status is Status.FAIL
-    assert "not enough free GPUs for 8" in f.summary
-    assert "gpu-node-1: 4/8 GPU(s) allocated, held by ml/train-a (4)" in f.evidence
+    assert "not enough free nvidia.com/gpu for 8" in f.summary
+    assert "gpu-node-1: 4/8 nvidia.com/gpu allocated, held by ml/train-a (4)" in f.evidence
     assert (
-        "gpu-node-2: 2/8 GPU(s) allocated, held by ml/infer-b (2)" in f.evidence
+        "gpu-node-2: 2/8 nvidia.com/gpu allocated, held by ml/infer-b (2)" in f.evidence
     )  # the Succeeded pod holds none
 
 
@@ -284,3 +284,22 @@ def test_every_clause_of_a_scheduler_message_is_recovered(clauses: list[tuple[in
     preemption = f"preemption: 0/{total} nodes are available: {total} No preemption victims found."
     message = f"0/{total} nodes are available: {body}. {preemption}"
     assert scheduling_clauses(message) == [f"{n} {reason}" for n, reason in clauses]
+
+
+def test_mig_resource_no_node_advertises_is_named(cluster: RecordedCluster) -> None:
+    c = {"name": "app", "image": "x", "resources": {"limits": {"nvidia.com/mig-1g.10gb": "1"}}}
+    cluster.pods.append(pending_pod("ml", "small", [c]))
+    cluster.events.append(
+        event(
+            "ml",
+            "Pod",
+            "small",
+            "FailedScheduling",
+            "0/3 nodes are available: 3 Insufficient nvidia.com/mig-1g.10gb.",
+        )
+    )
+    f = report(cluster, "ml/small").by_id("pod.pending")
+    assert f.status is Status.FAIL
+    assert "no node advertises nvidia.com/mig-1g.10gb" in f.summary
+    assert "resources advertised in the cluster: nvidia.com/gpu" in f.evidence
+    assert "mixed MIG strategy" in f.fix
