@@ -31,7 +31,10 @@ Kubeconfig = Annotated[
 KubeContext = Annotated[str | None, typer.Option("--context", help="Kubeconfig context to use.")]
 NodeName = Annotated[str | None, typer.Option("--node", help="Only this node (default: every GPU node).")]
 Timeout = Annotated[
-    float, typer.Option("--timeout", min=0.1, help="Seconds any one command (nvidia-smi, dmesg) may take.")
+    float,
+    typer.Option(
+        "--timeout", min=0.1, help="Seconds nvidia-smi may take before it counts as hung (dmesg, uname: 2 s)."
+    ),
 ]
 Recorded = Annotated[
     Path | None,
