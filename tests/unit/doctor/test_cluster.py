@@ -125,6 +125,7 @@ def test_each_row_of_the_plugin_log_table_names_its_cause(
 ) -> None:
     key = "kube-system/nvidia-device-plugin-ds-x7k2p/nvidia-device-plugin-ctr"
     cluster.logs[key] = cluster.logs[key] + "\n" + line
+    del node(cluster, "gpu-node-1")["status"]["allocatable"]["nvidia.com/gpu"]
     f = report(cluster).by_id("plugin.pod")
     assert f.status is Status.FAIL
     assert cause in f.summary
@@ -134,6 +135,14 @@ def test_each_row_of_the_plugin_log_table_names_its_cause(
 def test_fail_on_init_error_advice_for_kubelet_timeout(cluster: RecordedCluster) -> None:
     cluster.logs["kube-system/nvidia-device-plugin-ds-x7k2p/nvidia-device-plugin-ctr"] = PLUGIN_LOG_ROWS[3][0]
     assert "--fail-on-init-error=false" in report(cluster).by_id("plugin.pod").fix
+
+
+def test_init_error_of_a_plugin_whose_node_advertises_gpus_only_warns(cluster: RecordedCluster) -> None:
+    key = "kube-system/nvidia-device-plugin-ds-x7k2p/nvidia-device-plugin-ctr"
+    cluster.logs[key] = PLUGIN_LOG_ROWS[0][0] + "\n" + cluster.logs[key]  # retried and registered
+    f = report(cluster).by_id("plugin.pod")
+    assert f.status is Status.WARN
+    assert "recovered" in f.summary
 
 
 def test_gpu_node_without_plugin_pod_fails(cluster: RecordedCluster) -> None:
