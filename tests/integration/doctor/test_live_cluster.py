@@ -150,10 +150,12 @@ def test_live_and_recorded_reports_agree_on_a_broken_cluster(
     recorded.logs["kube-system/nvidia-device-plugin-ds-x7k2p/nvidia-device-plugin-ctr"] += (
         "\nNo devices found."
     )
+    del recorded.nodes[0]["status"]["allocatable"]["nvidia.com/gpu"]
     live = cluster_report(lambda: LiveCluster(kubeconfig=str(kubeconfig)))
     offline = cluster_report(lambda: recorded)
     assert live.findings == offline.findings
     assert live.by_id("plugin.pod").status is Status.FAIL
+    assert live.by_id("cluster.allocatable").status is Status.FAIL
     assert live.by_id("cluster.taints").status is Status.WARN
 
 
