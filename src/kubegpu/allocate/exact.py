@@ -82,6 +82,22 @@ def _solve_clique(node: Clique, must: frozenset[int], hi: int) -> dict[int, _Sol
     return out
 
 
+def _greedy_units(forced: list[int], cands: list[int], need: int, units: Units, base: int) -> int:
+    """Cost of a greedy set: repeatedly add the candidate with the smallest marginal cost."""
+    chosen = list(forced)
+    pool = list(cands)
+    cost = base
+    for _ in range(need):
+        if chosen:
+            best = min(pool, key=lambda c: sum(units[c][x] for x in chosen))
+            cost += sum(units[best][x] for x in chosen)
+        else:
+            best = min(pool, key=lambda c: min((units[c][x] for x in pool if x != c), default=0))
+        chosen.append(best)
+        pool.remove(best)
+    return cost
+
+
 def _best_subset(members: tuple[int, ...], must: frozenset[int], k: int, units: Units) -> _Sol | None:
     """Branch and bound over ``members``: the lexicographically first subset of minimum cost."""
     forced = [m for m in members if m in must]
@@ -91,6 +107,10 @@ def _best_subset(members: tuple[int, ...], must: frozenset[int], k: int, units: 
         return None
     base = sum(units[a][b] for i, a in enumerate(forced) for b in forced[i + 1 :])
     marg = {c: sum(units[c][f] for f in forced) for c in cands}
+    # A greedy set gives an early upper bound. It only prunes branches that are strictly worse, so
+    # the search still reaches the lexicographically first optimum; once the search has found a set
+    # itself, branches that can at best tie are cut too.
+    greedy_units = _greedy_units(forced, cands, need, units, base)
     best_units = -1
     best: tuple[int, ...] = ()
     picked: list[int] = []
@@ -112,11 +132,12 @@ def _best_subset(members: tuple[int, ...], must: frozenset[int], k: int, units: 
             return
         if ncand - pos < left:
             return
-        if best_units >= 0:
-            rest = sorted(marg[cands[j]] for j in range(pos, ncand))
-            bound = cost + sum(rest[:left]) + min_pair_from[pos] * (left * (left - 1) // 2)
-            if bound >= best_units:
-                return
+        rest = sorted(marg[cands[j]] for j in range(pos, ncand))
+        bound = cost + sum(rest[:left]) + min_pair_from[pos] * (left * (left - 1) // 2)
+        if best_units >= 0 and bound >= best_units:
+            return
+        if bound > greedy_units:
+            return
         c = cands[pos]
         row = units[c]
         add = marg[c]
@@ -135,9 +156,9 @@ def _best_subset(members: tuple[int, ...], must: frozenset[int], k: int, units: 
     return _Sol(best_units, (k - len(members),), tuple(sorted(forced + list(best))))
 
 
-def _solve_block(node: Block, must: frozenset[int], hi: int, units: Units) -> dict[int, _Sol]:
+def _solve_block(node: Block, must: frozenset[int], hi: int, units: Units, exact: bool) -> dict[int, _Sol]:
     out: dict[int, _Sol] = {}
-    lo = sum(1 for m in node.members if m in must)
+    lo = hi if exact else sum(1 for m in node.members if m in must)
     for k in range(lo, min(len(node.members), hi) + 1):
         sol = _best_subset(node.members, must, k, units)
         if sol is not None:
@@ -145,12 +166,14 @@ def _solve_block(node: Block, must: frozenset[int], hi: int, units: Units) -> di
     return out
 
 
-def _solve(node: TreeNode, must: frozenset[int], hi: int, units: Units) -> dict[int, _Sol]:
-    """Best choice of each size ``k <= hi`` inside ``node`` (sizes that are impossible are absent)."""
+def _solve(
+    node: TreeNode, must: frozenset[int], hi: int, units: Units, exact: bool = False
+) -> dict[int, _Sol]:
+    """Best choice of each size ``k <= hi`` inside ``node`` (only ``k == hi`` when ``exact``)."""
     if isinstance(node, Clique):
         return _solve_clique(node, must, hi)
     if isinstance(node, Block):
-        return _solve_block(node, must, hi, units)
+        return _solve_block(node, must, hi, units, exact)
     table: dict[int, _Sol] = {0: _Sol(0, (), ())}
     for child in node.children:
         options = _solve(child, must, hi, units)
@@ -191,7 +214,7 @@ def choose_scored(
         raise AllocationError(f"asked for {count} GPUs but only {len(avail)} are available")
     tree = _restrict(group_tree(topology), avail)
     assert tree is not None  # avail is not empty here
-    table = _solve(tree, must, count, topology.units)
+    table = _solve(tree, must, count, topology.units, exact=True)
     sol = table.get(count)
     if sol is None:  # pragma: no cover - every size up to len(avail) is reachable
         raise AllocationError(f"no set of {count} GPUs contains the must-include GPUs")

@@ -275,7 +275,7 @@ def validate_layout(model: str, layout: Iterable[str]) -> MigPlacement:
         for other in taken:
             lo, hi = max(placed.start_slot, other.start_slot), min(placed.end_slot, other.end_slot)
             if lo < hi:
-                raise MigLayoutError(f"{placed} overlaps {other} on memory slices {_slots(lo, hi)}")
+                raise MigLayoutError(f"{other} overlaps {placed} on memory slices {_slots(lo, hi)}")
         taken.append(placed)
 
     free_idx = [i for i, (_, slot) in enumerate(requests) if slot is None]
