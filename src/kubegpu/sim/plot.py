@@ -1,9 +1,9 @@
 """Drawing the replay's curves like the FGD paper's figures (matplotlib, written to a PNG file).
 
-Three panels against arrived GPU demand: GPU allocation (with the ideal line, capped at 100 %),
-fragmentation amount (% of cluster GPUs) and fragmentation ratio (% of idle GPU that is
-fragmented). One line per policy, the mean over seeds, with a band of one standard deviation on
-the allocation panel.
+Four panels against arrived GPU demand: GPU allocation (with the ideal line, capped at 100 %), the
+same zoomed on the saturated end (from 80 % arrived), fragmentation amount (% of cluster GPUs)
+and fragmentation ratio (% of idle GPU that is fragmented). One line per policy, the mean over
+seeds, with a band of one standard deviation on the zoomed panel.
 """
 
 from __future__ import annotations
@@ -26,13 +26,18 @@ def plot_curves(summaries: Sequence[PolicySummary], path: str | Path, *, title: 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 3, figsize=(16, 4.8))
-    ax_alloc, ax_frag, ax_ratio = axes
+    fig, axes = plt.subplots(1, 4, figsize=(20, 4.8))
+    ax_alloc, ax_zoom, ax_frag, ax_ratio = axes
     for s in summaries:
         x = np.arange(len(s.alloc_mean))
         (line,) = ax_alloc.plot(x, s.alloc_mean, label=s.policy.value, linewidth=1.4)
-        ax_alloc.fill_between(
-            x, s.alloc_mean - s.alloc_std, s.alloc_mean + s.alloc_std, color=line.get_color(), alpha=0.15
+        ax_zoom.plot(x[80:], s.alloc_mean[80:], color=line.get_color(), linewidth=1.4)
+        ax_zoom.fill_between(
+            x[80:],
+            (s.alloc_mean - s.alloc_std)[80:],
+            (s.alloc_mean + s.alloc_std)[80:],
+            color=line.get_color(),
+            alpha=0.15,
         )
         ax_frag.plot(x, s.frag_mean, label=s.policy.value, linewidth=1.4)
         ax_ratio.plot(x, s.frag_ratio_mean, label=s.policy.value, linewidth=1.4)
@@ -40,6 +45,7 @@ def plot_curves(summaries: Sequence[PolicySummary], path: str | Path, *, title: 
         x = np.arange(len(summaries[0].alloc_mean))
         ax_alloc.plot(x, np.minimum(x, 100), color="grey", linestyle=":", linewidth=1, label="ideal")
     ax_alloc.set_ylabel("GPU allocation (%)")
+    ax_zoom.set_ylabel("GPU allocation (%), from 80 % arrived")
     ax_frag.set_ylabel("fragmentation amount (% of GPUs)")
     ax_ratio.set_ylabel("fragmentation ratio (% of idle GPU)")
     for ax in axes:
