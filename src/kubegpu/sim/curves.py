@@ -66,6 +66,8 @@ class PolicySummary:
     comm_mean: float | None  # mean link cost of placed multi-GPU pods
     comm_p95: float | None
     comm_split_share: float | None  # share of multi-GPU pods above the best cost for their node
+    comm_lowest_index_mean: float | None  # the same pods on the lowest-index free GPUs (the artifact)
+    comm_lowest_index_split_share: float | None
 
     def at(self, pct: int) -> tuple[float | None, float | None]:
         """Mean and std of the allocation at ``pct`` % arrived (None past the end of the curve)."""
@@ -100,6 +102,7 @@ def summarise(runs: Sequence[SeedRun], shape_labels: Sequence[str], points: int 
             failed[shape_labels[int(sid)]] += 1
     comm = np.concatenate([r.comm_cost for r in runs])
     ideal = np.concatenate([r.comm_ideal for r in runs])
+    naive = np.concatenate([r.comm_lowest_index for r in runs])
     alloc_mean, alloc_std = _mean_std(allocs)
     frag_mean, _ = _mean_std(frags)
     ratio_mean, _ = _mean_std(ratios)
@@ -119,4 +122,6 @@ def summarise(runs: Sequence[SeedRun], shape_labels: Sequence[str], points: int 
         comm_mean=float(comm.mean()) if comm.size else None,
         comm_p95=float(np.percentile(comm, 95)) if comm.size else None,
         comm_split_share=float((comm > ideal + 1e-9).mean()) if comm.size else None,
+        comm_lowest_index_mean=float(naive.mean()) if naive.size else None,
+        comm_lowest_index_split_share=float((naive > ideal + 1e-9).mean()) if naive.size else None,
     )

@@ -63,6 +63,7 @@ class SeedRun:
     shape: IntArray  # shape id of each arrival
     comm_cost: FloatArray  # link cost of each placed multi-GPU pod
     comm_ideal: FloatArray  # the lowest cost that pod could have had on an empty node of its kind
+    comm_lowest_index: FloatArray  # the cost the artifact's lowest-index GPUs would have had
     empty_frag_milli: float
     seconds: float
 
@@ -151,6 +152,7 @@ def replay(
     node_of = np.full(count, -1, dtype=np.int64)
     comm: list[float] = []
     ideal: list[float] = []
+    naive: list[float] = []
     topology_aware = policy is Policy.KUBEGPU
     alloc_milli = 0
     frag_total = empty_frag
@@ -203,6 +205,8 @@ def replay(
                         if k > 1:
                             comm.append(cost)
                             ideal.append(best_group_cost(int(gpus[node]), k))
+                            first = tuple(int(g) for g in np.flatnonzero(fully)[:k])
+                            naive.append(node_topology(int(gpus[node])).set_cost(first))
                     row[list(chosen)] = 0
                 state.class_counts[node, pod_class(k, pod.gpu_milli)] += 1
             state.cpu_left_milli[node] -= pod.cpu_milli
@@ -239,6 +243,7 @@ def replay(
         shape=shape_of.astype(np.int64),
         comm_cost=np.array(comm, dtype=np.float64),
         comm_ideal=np.array(ideal, dtype=np.float64),
+        comm_lowest_index=np.array(naive, dtype=np.float64),
         empty_frag_milli=empty_frag,
         seconds=time.perf_counter() - started,
     )

@@ -163,6 +163,8 @@ def report_json(
             "multi_gpu_link_cost_mean": _num(s.comm_mean, 3),
             "multi_gpu_link_cost_p95": _num(s.comm_p95, 3),
             "multi_gpu_split_share": _num(s.comm_split_share, 4),
+            "multi_gpu_link_cost_mean_lowest_index": _num(s.comm_lowest_index_mean, 3),
+            "multi_gpu_split_share_lowest_index": _num(s.comm_lowest_index_split_share, 4),
             "seconds": round(s.seconds, 3),
             "pods_per_second": round(s.pods_per_second, 1),
         }
