@@ -17,7 +17,8 @@ from kubegpu.sim.scoring import Policy
 from kubegpu.sim.trace import load_trace
 from kubegpu.sim.workload import prepare
 
-DATA = Path(os.environ.get("KUBEGPU_OPENB_DIR", Path(__file__).resolve().parents[4] / "shared" / "data" / "openb"))
+SHARED = Path(__file__).resolve().parents[4] / "shared" / "data" / "openb"
+DATA = Path(os.environ.get("KUBEGPU_OPENB_DIR", SHARED))
 NODES, PODS = DATA / "openb_node_list_gpu_node.csv", DATA / "openb_pod_list_default.csv"
 
 pytestmark = pytest.mark.skipif(
