@@ -49,16 +49,21 @@ def _render(summaries: list[Any], document: dict[str, Any]) -> None:
             f"{document['total_gpus']} GPUs on {document['nodes']} nodes"
         )
     )
+    table.caption = (
+        "alloc: allocated GPU % at 100/130 % arrived; unalloc: idle GPUs at 130 %; frag/ratio: "
+        "fragmentation (% of GPUs / % of idle GPU) at 90 %; link: multi-GPU link cost; split: share "
+        "of multi-GPU pods across NVLink groups"
+    )
     for col in (
         "policy",
-        "alloc % @100",
-        "alloc % @130",
-        "unalloc GPUs @130",
-        "frag % @90",
-        "frag ratio % @90",
-        "multi-GPU cost mean/p95",
+        "alloc@100",
+        "alloc@130",
+        "unalloc",
+        "frag",
+        "ratio",
+        "link mean/p95",
         "split",
-        "seconds",
+        "s",
         "pods/s",
     ):
         table.add_column(col, justify="left" if col == "policy" else "right")

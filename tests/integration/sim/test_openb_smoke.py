@@ -21,10 +21,13 @@ SHARED = Path(__file__).resolve().parents[4] / "shared" / "data" / "openb"
 DATA = Path(os.environ.get("KUBEGPU_OPENB_DIR", SHARED))
 NODES, PODS = DATA / "openb_node_list_gpu_node.csv", DATA / "openb_pod_list_default.csv"
 
-pytestmark = pytest.mark.skipif(
-    not (NODES.is_file() and PODS.is_file()),
-    reason=f"the default openb trace is not in {DATA} (set KUBEGPU_OPENB_DIR); benchmark input only",
-)
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.skipif(
+        not (NODES.is_file() and PODS.is_file()),
+        reason=f"the default openb trace is not in {DATA} (set KUBEGPU_OPENB_DIR); benchmark input only",
+    ),
+]
 
 
 def at(run: object, pct: int) -> float:
