@@ -11,7 +11,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures import Future, ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 from typing import Any
 
@@ -113,18 +113,12 @@ def run_all(
             futures: list[Future[SeedRun]] = [
                 pool.submit(_job, p, s, request.inflate, request.tie) for p, s in jobs
             ]
-            for future in _as_completed(futures):
+            for future in as_completed(futures):
                 run = future.result()
                 results[(run.policy, run.seed)] = run
                 if on_done is not None:
                     on_done(run)
     return {p: [results[(p, s)] for s in request.seeds] for p in request.policies}
-
-
-def _as_completed(futures: Sequence[Future[SeedRun]]) -> Any:
-    from concurrent.futures import as_completed
-
-    return as_completed(futures)
 
 
 def _num(value: float | None, digits: int = 2) -> float | None:
