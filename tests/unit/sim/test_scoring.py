@@ -174,3 +174,16 @@ def test_cpu_stranded_gpus_counts_idle_gpus_the_free_cpu_cannot_feed() -> None:
 
     got = cpu_stranded_gpus(np.array([2000, 2000, 0]), np.array([16_000, 4_000, 0]), cores_per_gpu=8)
     assert got.tolist() == [0.0, 1.5, 0.0]
+
+
+def test_scoring_module_needs_only_numpy_so_an_extender_can_import_it_unchanged() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, kubegpu.sim.scoring\n"
+        "print(' '.join(sorted(m for m in sys.modules if m.startswith('kubegpu') or m.split('.')[0] in "
+        "{'typer', 'rich', 'matplotlib', 'grpc', 'kubernetes', 'yaml'})))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)
+    assert out.stdout.split() == ["kubegpu", "kubegpu.sim", "kubegpu.sim.scoring"]
