@@ -35,7 +35,8 @@ from kubegpu.sim.scoring import (
     pod_class,
     score_nodes,
 )
-from kubegpu.sim.workload import STREAM_RANDOM, STREAM_TIES, Workload, _rng, arrivals, node_order
+from kubegpu.sim.workload import STREAM_RANDOM, STREAM_TIES, Workload, arrivals, node_order, seed_stream
+from kubegpu.sources.spec import load_node
 
 __all__ = ["SeedRun", "TieMode", "best_group_cost", "node_topology", "replay"]
 
@@ -68,17 +69,21 @@ class SeedRun:
     seconds: float
 
 
-def _groups_for(gpus: int) -> tuple[tuple[int, ...], ...]:
-    """Builtin intra-node layout: 8 GPUs = two NVLink groups of four (``seed-8gpu``), else one group."""
-    if gpus == 8:
-        return ((0, 1, 2, 3), (4, 5, 6, 7))
-    return (tuple(range(gpus)),)
+SEED_8GPU = "builtin:seed-8gpu"
 
 
 @cache
 def node_topology(gpus: int) -> Topology:
-    """The builtin topology of a node with ``gpus`` GPUs (cost 1 inside a group, 4 across)."""
-    return Topology.from_groups(gpus, _groups_for(gpus), inside=1.0, across=4.0)
+    """The builtin topology of a node with ``gpus`` GPUs.
+
+    8-GPU nodes are the seed's machine (``builtin:seed-8gpu``: NVLink groups 0-3 and 4-7, cost 1
+    inside a group and 4 across); other nodes are one NVLink group (cost 1 between any two GPUs).
+    """
+    if gpus == 8:
+        topology = load_node(SEED_8GPU).topology
+        if topology is not None:
+            return topology
+    return Topology.from_groups(gpus, (tuple(range(gpus)),), inside=1.0, across=4.0)
 
 
 @lru_cache(maxsize=65536)
@@ -136,8 +141,8 @@ def replay(
     typical = workload.typical
     state.frag_milli[:] = fragmentation(free, state.cpu_left_milli, model, typical)
     empty_frag = float(state.frag_milli.sum())
-    tie_rng = _rng(seed, STREAM_TIES)
-    pick_rng = _rng(seed, STREAM_RANDOM)
+    tie_rng = seed_stream(seed, STREAM_TIES)
+    pick_rng = seed_stream(seed, STREAM_RANDOM)
     changed = np.zeros(n, dtype=np.int64)
     caches: dict[int, _Cache] = {}
     shapes = workload.shape_requests

@@ -24,7 +24,7 @@ from kubegpu.sim.scoring import (
 )
 from kubegpu.sim.trace import Trace
 
-__all__ = ["Workload", "arrivals", "node_order", "prepare"]
+__all__ = ["Workload", "arrivals", "node_order", "prepare", "seed_stream"]
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)
@@ -123,7 +123,8 @@ def prepare(trace: Trace, *, coverage: float = 0.95) -> Workload:
     )
 
 
-def _rng(seed: int, stream: int) -> np.random.Generator:
+def seed_stream(seed: int, stream: int) -> np.random.Generator:
+    """An independent random generator per (seed, purpose): shuffle, inflation, node order, ties..."""
     return np.random.default_rng([seed, stream])
 
 
@@ -143,14 +144,14 @@ def arrivals(workload: Workload, seed: int, inflate: float) -> IntArray:
     if inflate < 0:
         raise InputError(f"--inflate must be 0 (no inflation) or positive, got {inflate}")
     n = len(workload.pod_shape)
-    order = _rng(seed, STREAM_SHUFFLE).permutation(n).astype(np.int64)
+    order = seed_stream(seed, STREAM_SHUFFLE).permutation(n).astype(np.int64)
     if inflate == 0:
         return order
     per_gpu = np.array([r.gpu_milli for r in workload.shape_requests], dtype=np.int64)[workload.pod_shape]
     total_of = workload.shape_total_milli()[workload.pod_shape]
     total = int(total_of.sum())
     target = inflate * workload.total_gpu_milli
-    rng = _rng(seed, STREAM_INFLATE)
+    rng = seed_stream(seed, STREAM_INFLATE)
     if total > target:
         keep = list(order)
         while total > target and keep:
@@ -178,5 +179,5 @@ def arrivals(workload: Workload, seed: int, inflate: float) -> IntArray:
 
 def node_order(n_nodes: int, seed: int) -> IntArray:
     """The seed's fixed node order (row indices): ties go to the node that comes first."""
-    order: IntArray = _rng(seed, STREAM_NODES).permutation(n_nodes).astype(np.int64)
+    order: IntArray = seed_stream(seed, STREAM_NODES).permutation(n_nodes).astype(np.int64)
     return order

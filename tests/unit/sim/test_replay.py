@@ -113,3 +113,12 @@ def test_empty_cluster_fragmentation_is_reported() -> None:
     run = replay(prepare(make_trace(nodes, pods)), Policy.FGD, 1, inflate=0)
     # CPU-only shape (p=.5): all 3000 idle; 2-GPU shape (p=.5): the 1-GPU node's 1000
     assert run.empty_frag_milli == pytest.approx(0.5 * 3000 + 0.5 * 1000)
+
+
+def test_eight_gpu_nodes_use_the_seed_machine_topology() -> None:
+    from kubegpu.sim.replay import node_topology
+
+    eight = node_topology(8)
+    assert eight.pair_cost(0, 3) == 1.0 and eight.pair_cost(3, 4) == 4.0
+    four = node_topology(4)
+    assert {four.pair_cost(a, b) for a in range(4) for b in range(4) if a != b} == {1.0}
