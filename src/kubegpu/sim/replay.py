@@ -13,8 +13,7 @@ or to a uniformly random tied node (``TieMode.RANDOM``, what kube-scheduler does
 from __future__ import annotations
 
 import time
-import zlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
 from functools import cache, lru_cache
@@ -32,6 +31,7 @@ from kubegpu.sim.scoring import (
     NodeArrays,
     Policy,
     fragmentation,
+    name_tiebreak,
     pod_class,
     score_nodes,
 )
@@ -252,12 +252,6 @@ def replay(
         empty_frag_milli=empty_frag,
         seconds=time.perf_counter() - started,
     )
-
-
-def name_tiebreak(names: Sequence[str]) -> FloatArray:
-    """A stable number in [0, 1) per node name (CRC-32), the same on every run and every host."""
-    out: FloatArray = np.array([zlib.crc32(name.encode()) / 2**32 for name in names], dtype=np.float64)
-    return out
 
 
 def _mask(bits: np.ndarray) -> int:

@@ -14,6 +14,7 @@ strands GPUs, plus a fixed per-node order inside the score so that random tie-br
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
@@ -23,15 +24,21 @@ import numpy.typing as npt
 
 __all__ = [
     "CLASS_SHARED",
+    "KUBEGPU_CORES_PER_GPU",
+    "KUBEGPU_STRANDING_WEIGHT",
     "MAX_SPEC_CPU_MILLI",
     "MAX_SPEC_GPU_MILLI",
     "MILLI",
+    "N_CLASSES",
     "NodeArrays",
     "PodRequest",
     "Policy",
     "Scores",
     "TypicalShapes",
+    "cpu_stranded_gpus",
+    "feasible",
     "fragmentation",
+    "name_tiebreak",
     "pod_class",
     "score_nodes",
     "typical_shapes",
@@ -135,6 +142,12 @@ class TypicalShapes:
     milli_slot: IntArray  # index of each shape's gpu_milli in unique_milli
     count: int  # number of shapes including CPU-only ones
     coverage: float  # fraction of pods the shapes cover
+
+
+def name_tiebreak(names: Sequence[str]) -> FloatArray:
+    """A stable number in [0, 1) per node name (CRC-32): the same on every run, host and scheduler replica."""
+    out: FloatArray = np.array([zlib.crc32(name.encode()) / 2**32 for name in names], dtype=np.float64)
+    return out
 
 
 def pod_class(num_gpu: int, gpu_milli: int) -> int:
