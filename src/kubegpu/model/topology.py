@@ -46,5 +46,7 @@ class Topology:
             )
             for i in range(n)
         )
-        cost = tuple(tuple(0.0 if i == j else 1.0 if g[i] == g[j] else 4.0 for j in range(n)) for i in range(n))
+        cost = tuple(
+            tuple(0.0 if i == j else 1.0 if g[i] == g[j] else 4.0 for j in range(n)) for i in range(n)
+        )
         return cls(n=n, links=links, cost=cost)

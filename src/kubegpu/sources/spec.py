@@ -23,9 +23,13 @@ def _gpus(n: int, model: str = "H100-80GB") -> tuple[Gpu, ...]:
 
 def load_node(source: str) -> Node:
     if source == "builtin:seed-8gpu":
-        return Node(name="seed-8gpu", gpus=_gpus(8), topology=Topology.from_groups(8, [range(4), range(4, 8)]))
+        return Node(
+            name="seed-8gpu", gpus=_gpus(8), topology=Topology.from_groups(8, [range(4), range(4, 8)])
+        )
     if source == "builtin:hgx-16":
-        return Node(name="hgx-16", gpus=_gpus(16), topology=Topology.from_groups(16, [range(8), range(8, 16)]))
+        return Node(
+            name="hgx-16", gpus=_gpus(16), topology=Topology.from_groups(16, [range(8), range(8, 16)])
+        )
     if source == "builtin:h100-mig-mixed":
         gpus = list(_gpus(2))
         base = gpus[0]
@@ -34,8 +38,14 @@ def load_node(source: str) -> Node:
             for k, (p, s) in enumerate([("3g.40gb", 4), ("2g.20gb", 0), ("1g.10gb", 2), ("1g.10gb", 3)])
         )
         gpus[0] = Gpu(
-            index=0, uuid=base.uuid, model=base.model, memory_mib=base.memory_mib, numa_node=0,
-            pci_bus_id=base.pci_bus_id, mig_enabled=True, mig_instances=mig,
+            index=0,
+            uuid=base.uuid,
+            model=base.model,
+            memory_mib=base.memory_mib,
+            numa_node=0,
+            pci_bus_id=base.pci_bus_id,
+            mig_enabled=True,
+            mig_instances=mig,
         )
         return Node(name="h100-mig-mixed", gpus=tuple(gpus), topology=None)
     raise SpecError(f"unknown node spec {source!r}")
