@@ -79,6 +79,10 @@ class ResourcePlugin:
     def pre_start_required(self) -> bool:
         return self._config.pre_start_check
 
+    def wake(self) -> None:
+        """Wake every ``watch`` so it notices it should stop."""
+        self._tracker.wake()
+
     def snapshot(self) -> tuple[DeviceStatus, ...]:
         return tuple(
             DeviceStatus(id=d.id, healthy=self._tracker.is_healthy(d.gpu), numa_node=d.numa_node)

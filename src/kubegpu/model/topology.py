@@ -11,6 +11,10 @@ from itertools import combinations
 class LinkKind(Enum):
     SELF = "X"
     NVLINK = "NV"
+    PIX = "PIX"
+    PXB = "PXB"
+    PHB = "PHB"
+    NODE = "NODE"
     SYS = "SYS"
 
 
@@ -31,6 +35,15 @@ class Topology:
 
     def set_cost(self, devices: Iterable[int]) -> float:
         return sum(self.cost[a][b] for a, b in combinations(sorted(devices), 2))
+
+    @classmethod
+    def from_links(cls, links: list[list[Link]]) -> Topology:
+        n = len(links)
+        cost = tuple(
+            tuple(0.0 if i == j else 1.0 if links[i][j].kind is LinkKind.NVLINK else 4.0 for j in range(n))
+            for i in range(n)
+        )
+        return cls(n=n, links=tuple(tuple(r) for r in links), cost=cost)
 
     @classmethod
     def from_groups(cls, n: int, groups: Iterable[Iterable[int]]) -> Topology:
