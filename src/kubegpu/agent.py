@@ -31,9 +31,10 @@ from kubegpu.deviceplugin.inventory import Inventory, build_inventory
 from kubegpu.deviceplugin.plugin import ResourcePlugin
 from kubegpu.deviceplugin.server import PluginServer, RegistrationFailed, register
 from kubegpu.errors import InputError, KubegpuError, SourceError
-from kubegpu.health.events import HealthEvent
+from kubegpu.health.events import EventKind, HealthEvent
 from kubegpu.health.tracker import HealthTracker, UnknownGpuError
 from kubegpu.model.node import Node
+from kubegpu.sources.events import GpuEvent
 from kubegpu.sources.faults import FaultFileFollower
 
 if TYPE_CHECKING:
@@ -188,10 +189,18 @@ class Agent:
         self._supervisor = threading.Thread(target=self._supervise, name="registration", daemon=True)
         self._supervisor.start()
 
-    def apply_event(self, event: HealthEvent) -> None:
+    def apply_event(self, observed: GpuEvent) -> None:
+        """Hand a source's observation to the health tracker (the two layers meet only here)."""
         tracker = self.tracker
         if tracker is None:
             return
+        event = HealthEvent(
+            gpu=observed.gpu,
+            kind=EventKind(observed.kind.value),
+            xid=observed.xid,
+            detail=observed.detail,
+            source=observed.source,
+        )
         try:
             tracker.apply(event)
         except UnknownGpuError as exc:

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from kubegpu.errors import InputError
-from kubegpu.health.events import EventKind, HealthEvent
+from kubegpu.sources.events import GpuEvent, GpuEventKind
 
 __all__ = ["FaultFileFollower", "parse_fault_line"]
 
@@ -30,7 +30,7 @@ log = logging.getLogger(__name__)
 _KEYS = {"gpu", "xid", "ecc", "healthy", "detail"}
 
 
-def parse_fault_line(line: str, *, where: str = "fault file") -> HealthEvent | None:
+def parse_fault_line(line: str, *, where: str = "fault file") -> GpuEvent | None:
     """The event on ``line``; ``None`` for blank and comment lines; ``InputError`` if malformed."""
     text = line.strip()
     if not text or text.startswith("#"):
@@ -58,18 +58,18 @@ def parse_fault_line(line: str, *, where: str = "fault file") -> HealthEvent | N
         xid = raw["xid"]
         if isinstance(xid, bool) or not isinstance(xid, int) or xid < 0:
             raise InputError(f"{where}: 'xid' must be a non-negative integer, not {xid!r}")
-        return HealthEvent(gpu=gpu, kind=EventKind.XID, xid=xid, detail=detail, source=source)
+        return GpuEvent(gpu=gpu, kind=GpuEventKind.XID, xid=xid, detail=detail, source=source)
     if "ecc" in raw:
         ecc = raw["ecc"]
         if ecc not in ("dbe", "sbe"):
             raise InputError(f'{where}: \'ecc\' must be "dbe" or "sbe", not {ecc!r}')
-        kind = EventKind.ECC_DOUBLE_BIT if ecc == "dbe" else EventKind.ECC_SINGLE_BIT
-        return HealthEvent(gpu=gpu, kind=kind, detail=detail, source=source)
+        kind = GpuEventKind.ECC_DOUBLE_BIT if ecc == "dbe" else GpuEventKind.ECC_SINGLE_BIT
+        return GpuEvent(gpu=gpu, kind=kind, detail=detail, source=source)
     healthy = raw["healthy"]
     if not isinstance(healthy, bool):
         raise InputError(f"{where}: 'healthy' must be true or false, not {healthy!r}")
-    kind = EventKind.HEALTHY if healthy else EventKind.LOST
-    return HealthEvent(gpu=gpu, kind=kind, detail=detail, source=source)
+    kind = GpuEventKind.HEALTHY if healthy else GpuEventKind.LOST
+    return GpuEvent(gpu=gpu, kind=kind, detail=detail, source=source)
 
 
 class FaultFileFollower:
@@ -82,7 +82,7 @@ class FaultFileFollower:
     def __init__(
         self,
         path: Path,
-        on_event: Callable[[HealthEvent], None],
+        on_event: Callable[[GpuEvent], None],
         *,
         poll_s: float = 0.02,
     ) -> None:

@@ -18,9 +18,9 @@ from types import ModuleType
 from typing import Any
 
 from kubegpu.errors import SourceError
-from kubegpu.health.events import EventKind, HealthEvent
 from kubegpu.model.node import Gpu, GpuUuid, MigInstance, Node
 from kubegpu.model.topology import Link, LinkKind, Topology
+from kubegpu.sources.events import GpuEvent, GpuEventKind
 
 __all__ = ["NvmlSource", "explain", "import_pynvml"]
 
@@ -233,8 +233,8 @@ class NvmlSource:
 
     # -- health ---------------------------------------------------------------------------------
 
-    def watch_health(self, stop: threading.Event, emit: Callable[[HealthEvent], None]) -> None:
-        """Block until ``stop``, turning NVML XID/ECC events into ``HealthEvent``s (5 s waits)."""
+    def watch_health(self, stop: threading.Event, emit: Callable[[GpuEvent], None]) -> None:
+        """Block until ``stop``, turning NVML XID/ECC events into ``GpuEvent``s (5 s waits)."""
         nv = self._nvml
         wanted = nv.nvmlEventTypeXidCriticalError | nv.nvmlEventTypeDoubleBitEccError
         wanted |= nv.nvmlEventTypeSingleBitEccError
@@ -250,7 +250,7 @@ class NvmlSource:
                 if getattr(exc, "value", None) == 3:
                     log.warning("health events not supported", extra={"gpu": i})
                     continue
-                emit(HealthEvent(gpu=i, kind=EventKind.LOST, detail=explain(exc), source="nvml"))
+                emit(GpuEvent(gpu=i, kind=GpuEventKind.LOST, detail=explain(exc), source="nvml"))
         try:
             while not stop.is_set():
                 try:
@@ -259,22 +259,22 @@ class NvmlSource:
                     if getattr(exc, "value", None) == 10:
                         continue
                     for i in range(len(self._handles)):
-                        emit(HealthEvent(gpu=i, kind=EventKind.LOST, detail=explain(exc), source="nvml"))
+                        emit(GpuEvent(gpu=i, kind=GpuEventKind.LOST, detail=explain(exc), source="nvml"))
                     stop.wait(5)
                     continue
                 try:
                     uuid = _text(nv.nvmlDeviceGetUUID(data.device))
                 except nv.NVMLError as exc:
                     for i in range(len(self._handles)):
-                        emit(HealthEvent(gpu=i, kind=EventKind.LOST, detail=explain(exc), source="nvml"))
+                        emit(GpuEvent(gpu=i, kind=GpuEventKind.LOST, detail=explain(exc), source="nvml"))
                     continue
                 gpu: int | str = by_uuid.get(uuid, uuid)
                 if data.eventType == nv.nvmlEventTypeXidCriticalError:
-                    emit(HealthEvent(gpu=gpu, kind=EventKind.XID, xid=int(data.eventData), source="nvml"))
+                    emit(GpuEvent(gpu=gpu, kind=GpuEventKind.XID, xid=int(data.eventData), source="nvml"))
                 elif data.eventType == nv.nvmlEventTypeDoubleBitEccError:
-                    emit(HealthEvent(gpu=gpu, kind=EventKind.ECC_DOUBLE_BIT, source="nvml"))
+                    emit(GpuEvent(gpu=gpu, kind=GpuEventKind.ECC_DOUBLE_BIT, source="nvml"))
                 elif data.eventType == nv.nvmlEventTypeSingleBitEccError:
-                    emit(HealthEvent(gpu=gpu, kind=EventKind.ECC_SINGLE_BIT, source="nvml"))
+                    emit(GpuEvent(gpu=gpu, kind=GpuEventKind.ECC_SINGLE_BIT, source="nvml"))
         finally:
             with contextlib.suppress(nv.NVMLError):
                 nv.nvmlEventSetFree(events)
