@@ -1,0 +1,158 @@
+"""The GPU model catalogue: what each NVIDIA data-centre GPU offers the planner and the allocator.
+
+Figures are nominal datasheet values (memory, memory bandwidth, NVLink and PCIe generation);
+H100-80GB's 3350 GB/s is the figure the seed's arithmetic uses. ``memory_mib`` is what the board
+advertises, not what ``nvidia-smi`` reports as usable.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kubegpu.errors import InputError
+
+__all__ = ["CATALOGUE", "GpuModel", "gpu_model", "model_names"]
+
+# Nominal per-direction bandwidth of one NVLink link by NVLink generation (GB/s).
+NVLINK_LINK_GBPS: dict[int, float] = {1: 20.0, 2: 25.0, 3: 25.0, 4: 25.0, 5: 50.0}
+# Nominal per-direction bandwidth of a PCIe x16 slot by PCIe generation (GB/s).
+PCIE_X16_GBPS: dict[int, float] = {3: 16.0, 4: 32.0, 5: 64.0}
+
+
+@dataclass(frozen=True, kw_only=True)
+class GpuModel:
+    """One GPU model as sold; the name is kubegpu's catalogue key (``H100-80GB``)."""
+
+    name: str
+    product: str
+    memory_gb: int
+    memory_mib: int
+    memory_bandwidth_gbps: float
+    compute_capability: tuple[int, int]
+    architecture: str
+    mig_capable: bool
+    nvlink_generation: int | None
+    nvlinks: int
+    pcie_generation: int
+
+    @property
+    def nvlink_link_gbps(self) -> float:
+        """Per-direction bandwidth of one NVLink link, 0 when the model has no NVLink."""
+        if self.nvlink_generation is None:
+            return 0.0
+        return NVLINK_LINK_GBPS[self.nvlink_generation]
+
+    @property
+    def pcie_x16_gbps(self) -> float:
+        return PCIE_X16_GBPS[self.pcie_generation]
+
+
+CATALOGUE: dict[str, GpuModel] = {
+    m.name: m
+    for m in (
+        GpuModel(
+            name="A100-40GB",
+            product="NVIDIA A100-SXM4-40GB",
+            memory_gb=40,
+            memory_mib=40960,
+            memory_bandwidth_gbps=1555.0,
+            compute_capability=(8, 0),
+            architecture="ampere",
+            mig_capable=True,
+            nvlink_generation=3,
+            nvlinks=12,
+            pcie_generation=4,
+        ),
+        GpuModel(
+            name="A100-80GB",
+            product="NVIDIA A100-SXM4-80GB",
+            memory_gb=80,
+            memory_mib=81920,
+            memory_bandwidth_gbps=2039.0,
+            compute_capability=(8, 0),
+            architecture="ampere",
+            mig_capable=True,
+            nvlink_generation=3,
+            nvlinks=12,
+            pcie_generation=4,
+        ),
+        GpuModel(
+            name="H100-80GB",
+            product="NVIDIA H100 80GB HBM3",
+            memory_gb=80,
+            memory_mib=81920,
+            memory_bandwidth_gbps=3350.0,
+            compute_capability=(9, 0),
+            architecture="hopper",
+            mig_capable=True,
+            nvlink_generation=4,
+            nvlinks=18,
+            pcie_generation=5,
+        ),
+        GpuModel(
+            name="H200-141GB",
+            product="NVIDIA H200",
+            memory_gb=141,
+            memory_mib=144384,
+            memory_bandwidth_gbps=4800.0,
+            compute_capability=(9, 0),
+            architecture="hopper",
+            mig_capable=True,
+            nvlink_generation=4,
+            nvlinks=18,
+            pcie_generation=5,
+        ),
+        GpuModel(
+            name="L40S",
+            product="NVIDIA L40S",
+            memory_gb=48,
+            memory_mib=49152,
+            memory_bandwidth_gbps=864.0,
+            compute_capability=(8, 9),
+            architecture="ada-lovelace",
+            mig_capable=False,
+            nvlink_generation=None,
+            nvlinks=0,
+            pcie_generation=4,
+        ),
+        GpuModel(
+            name="T4",
+            product="Tesla T4",
+            memory_gb=16,
+            memory_mib=16384,
+            memory_bandwidth_gbps=320.0,
+            compute_capability=(7, 5),
+            architecture="turing",
+            mig_capable=False,
+            nvlink_generation=None,
+            nvlinks=0,
+            pcie_generation=3,
+        ),
+        GpuModel(
+            name="V100-32GB",
+            product="Tesla V100-SXM2-32GB",
+            memory_gb=32,
+            memory_mib=32768,
+            memory_bandwidth_gbps=900.0,
+            compute_capability=(7, 0),
+            architecture="volta",
+            mig_capable=False,
+            nvlink_generation=2,
+            nvlinks=6,
+            pcie_generation=3,
+        ),
+    )
+}
+
+
+def model_names() -> tuple[str, ...]:
+    """Catalogue keys in a stable order."""
+    return tuple(CATALOGUE)
+
+
+def gpu_model(name: str) -> GpuModel:
+    """Look a model up by catalogue name (case-insensitive); unknown names list the known ones."""
+    for key, model in CATALOGUE.items():
+        if key.lower() == name.strip().lower():
+            return model
+    raise InputError(f"unknown GPU model {name!r}; known models: {', '.join(CATALOGUE)}")

@@ -1,0 +1,317 @@
+"""Node specs: simulated GPU nodes described in YAML, and the builtin ones shipped with kubegpu.
+
+A spec names the GPUs (model, optional UUID, memory, NUMA node, MIG layout) and the links between
+them, as NVLink tiers, an explicit link matrix, or with explicit costs (format: ``docs/node-spec.md``).
+``load_node`` also accepts a saved ``nvidia-smi topo -m`` capture, recognised by its content.
+Errors name the file, line and key; nothing is returned unless the whole spec is valid.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid as uuidlib
+from collections.abc import Sequence
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from kubegpu.errors import InputError, KubegpuError, SpecError
+from kubegpu.model.gpu import gpu_model
+from kubegpu.model.mig import validate_layout
+from kubegpu.model.node import Gpu, GpuUuid, MigInstance, Node
+from kubegpu.model.topology import Link, LinkKind, Topology, default_link_cost
+from kubegpu.sources.yamlfile import LocatedDoc, load_located
+
+__all__ = ["builtin_names", "load_node", "parse_spec", "stable_uuid"]
+
+BUILTIN_PREFIX = "builtin:"
+_NAMESPACE = uuidlib.UUID("5b1d8f5e-6f0e-4c1b-9a57-6b7567707500")
+_RANGE_RE = re.compile(r"^\s*(\d+)\s*-\s*(\d+)\s*$")
+_NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
+
+_TOP_KEYS = {"name", "description", "gpus", "topology"}
+_GPU_KEYS = {"model", "count", "numa", "uuid", "memory_mib", "pci_bus_id", "mig"}
+_TOPO_KEYS = {"tiers", "matrix", "costs"}
+_TIER_KEYS = {"link", "groups", "cost"}
+
+
+def stable_uuid(node_name: str, *parts: object) -> GpuUuid:
+    """A UUID that is the same every time for the same node and device (``GPU-...``/``MIG-...``)."""
+    prefix = "MIG" if "mig" in parts else "GPU"
+    value = uuidlib.uuid5(_NAMESPACE, "/".join([node_name, *map(str, parts)]))
+    return GpuUuid(f"{prefix}-{value}")
+
+
+def builtin_names() -> tuple[str, ...]:
+    """Names of the builtin specs (``builtin:NAME``)."""
+    files = resources.files("kubegpu.sources").joinpath("builtin")
+    return tuple(sorted(p.name.removesuffix(".yaml") for p in files.iterdir() if p.name.endswith(".yaml")))
+
+
+def _read_source(source: str) -> tuple[str, str]:
+    if source.startswith(BUILTIN_PREFIX):
+        name = source.removeprefix(BUILTIN_PREFIX)
+        if name not in builtin_names():
+            raise SpecError(f"unknown builtin spec {source!r}; builtins: {', '.join(builtin_names())}")
+        text = resources.files("kubegpu.sources").joinpath("builtin", f"{name}.yaml").read_text("utf-8")
+        return text, source
+    path = Path(source)
+    try:
+        return path.read_text(encoding="utf-8"), str(path)
+    except FileNotFoundError as exc:
+        raise SpecError(f"{source}: no such file (use builtin:NAME for a builtin spec)") from exc
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SpecError(f"{source}: cannot read: {exc}") from exc
+
+
+def load_node(source: str, *, node_name: str | None = None) -> Node:
+    """Load a node from ``builtin:NAME``, a node spec YAML file, or an ``nvidia-smi topo -m`` capture."""
+    text, origin = _read_source(source)
+    from kubegpu.sources.smi_topo import looks_like_capture, node_from_capture
+
+    if looks_like_capture(text):
+        return node_from_capture(text, origin=origin, node_name=node_name)
+    return parse_spec(text, origin=origin, node_name=node_name)
+
+
+def _expand_group(doc: LocatedDoc, path: tuple[str | int, ...], raw: Any, n: int) -> list[int]:
+    items: list[int] = []
+    values = raw if isinstance(raw, list) else [raw]
+    for value in values:
+        if isinstance(value, bool):
+            raise doc.error(path, f"expected GPU indices, got {value!r}", SpecError)
+        if isinstance(value, int):
+            items.append(value)
+        elif isinstance(value, str) and (m := _RANGE_RE.match(value)):
+            lo, hi = int(m[1]), int(m[2])
+            if lo > hi:
+                raise doc.error(path, f"range {value!r} runs backwards", SpecError)
+            items.extend(range(lo, hi + 1))
+        elif isinstance(value, str) and value.strip().isdigit():
+            items.append(int(value))
+        else:
+            raise doc.error(path, f"expected GPU indices or ranges like '0-3', got {value!r}", SpecError)
+    for g in items:
+        if not 0 <= g < n:
+            raise doc.error(path, f"GPU {g} does not exist: the spec has GPUs 0..{n - 1}", SpecError)
+    return items
+
+
+def _check_keys(
+    doc: LocatedDoc, path: tuple[str | int, ...], value: Any, allowed: set[str], what: str
+) -> None:
+    if not isinstance(value, dict):
+        raise doc.error(path, f"{what} must be a mapping", SpecError)
+    for key in value:
+        if key not in allowed:
+            raise doc.error(
+                (*path, str(key)), f"unknown key {key!r}; allowed: {', '.join(sorted(allowed))}", SpecError
+            )
+
+
+def _int(doc: LocatedDoc, path: tuple[str | int, ...], value: Any, *, minimum: int = 0) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise doc.error(path, f"expected an integer >= {minimum}, got {value!r}", SpecError)
+    return value
+
+
+def _link(doc: LocatedDoc, path: tuple[str | int, ...], value: Any) -> Link:
+    try:
+        return Link.parse(str(value))
+    except InputError as exc:
+        raise doc.error(path, str(exc), SpecError) from exc
+
+
+def _gpus(doc: LocatedDoc, name: str) -> list[Gpu]:
+    raw = doc.data.get("gpus")
+    if not isinstance(raw, list) or not raw:
+        raise doc.error(("gpus",), "a node spec needs a non-empty list of GPUs", SpecError)
+    gpus: list[Gpu] = []
+    for i, entry in enumerate(raw):
+        path: tuple[str | int, ...] = ("gpus", i)
+        _check_keys(doc, path, entry, _GPU_KEYS, "a GPU entry")
+        if "model" not in entry:
+            raise doc.error(path, "every GPU entry needs a model", SpecError)
+        try:
+            model = gpu_model(str(entry["model"]))
+        except InputError as exc:
+            raise doc.error((*path, "model"), str(exc), SpecError) from exc
+        count = _int(doc, (*path, "count"), entry.get("count", 1), minimum=1)
+        if count > 1 and ("uuid" in entry or "pci_bus_id" in entry):
+            raise doc.error(path, "uuid and pci_bus_id name one GPU: drop them or use count: 1", SpecError)
+        numa = entry.get("numa")
+        if numa is not None:
+            numa = _int(doc, (*path, "numa"), numa)
+        memory = _int(doc, (*path, "memory_mib"), entry.get("memory_mib", model.memory_mib), minimum=1)
+        mig_raw = entry.get("mig")
+        layout: list[str] = []
+        if mig_raw is not None:
+            if not isinstance(mig_raw, list) or not all(isinstance(m, str) for m in mig_raw):
+                raise doc.error((*path, "mig"), "expected a list of MIG profile names", SpecError)
+            if not model.mig_capable:
+                raise doc.error((*path, "mig"), f"{model.name} does not support MIG", SpecError)
+            layout = list(mig_raw)
+        for _ in range(count):
+            index = len(gpus)
+            gpu_uuid = GpuUuid(str(entry["uuid"])) if "uuid" in entry else stable_uuid(name, index)
+            instances: tuple[MigInstance, ...] = ()
+            if mig_raw is not None:
+                try:
+                    placement = validate_layout(model.name, layout)
+                except KubegpuError as exc:
+                    raise doc.error((*path, "mig"), str(exc), SpecError) from exc
+                instances = tuple(
+                    MigInstance(
+                        profile=placed.profile.name,
+                        start_slot=placed.start_slot,
+                        uuid=stable_uuid(name, index, "mig", gi),
+                        gi_index=gi,
+                    )
+                    for gi, placed in enumerate(placement.instances)
+                )
+            gpus.append(
+                Gpu(
+                    index=index,
+                    uuid=gpu_uuid,
+                    model=model.name,
+                    memory_mib=memory,
+                    numa_node=numa,
+                    pci_bus_id=str(entry.get("pci_bus_id", f"00000000:{0x18 + 0x10 * index:02X}:00.0")),
+                    mig_enabled=mig_raw is not None,
+                    mig_instances=instances,
+                )
+            )
+    seen: dict[str, int] = {}
+    for gpu in gpus:
+        if gpu.uuid in seen:
+            raise doc.error(
+                ("gpus",), f"GPUs {seen[gpu.uuid]} and {gpu.index} share UUID {gpu.uuid}", SpecError
+            )
+        seen[gpu.uuid] = gpu.index
+    return gpus
+
+
+def _tiers(doc: LocatedDoc, raw: Any, n: int) -> tuple[list[list[Link]], list[list[float | None]]]:
+    if not isinstance(raw, list) or not raw:
+        raise doc.error(("topology", "tiers"), "expected a non-empty list of tiers", SpecError)
+    parsed: list[tuple[Link, list[set[int]] | None, float | None]] = []
+    for t, tier in enumerate(raw):
+        path: tuple[str | int, ...] = ("topology", "tiers", t)
+        _check_keys(doc, path, tier, _TIER_KEYS, "a tier")
+        if "link" not in tier:
+            raise doc.error(path, "every tier needs a link type such as NV4, PIX or SYS", SpecError)
+        link = _link(doc, (*path, "link"), tier["link"])
+        groups: list[set[int]] | None = None
+        if "groups" in tier:
+            if not isinstance(tier["groups"], list):
+                raise doc.error((*path, "groups"), "expected a list of groups", SpecError)
+            groups = []
+            owner: dict[int, int] = {}
+            for g, group in enumerate(tier["groups"]):
+                members = set(_expand_group(doc, (*path, "groups", g), group, n))
+                for m in members:
+                    if m in owner:
+                        raise doc.error(
+                            (*path, "groups", g),
+                            f"GPU {m} is also in group {owner[m]} of this tier",
+                            SpecError,
+                        )
+                    owner[m] = g
+                groups.append(members)
+        cost = tier.get("cost")
+        if cost is not None and (isinstance(cost, bool) or not isinstance(cost, int | float) or cost <= 0):
+            raise doc.error((*path, "cost"), f"expected a positive number, got {cost!r}", SpecError)
+        parsed.append((link, groups, None if cost is None else float(cost)))
+    links = [[Link(kind=LinkKind.SELF)] * n for _ in range(n)]
+    costs: list[list[float | None]] = [[0.0] * n for _ in range(n)]
+    for i in range(n):
+        for j in range(n):
+            if i == j:
+                continue
+            for link, groups, cost in parsed:
+                if groups is None or any(i in grp and j in grp for grp in groups):
+                    links[i][j] = link
+                    costs[i][j] = cost
+                    break
+            else:
+                raise doc.error(
+                    ("topology", "tiers"),
+                    f"GPUs {i} and {j} share no tier; end the list with a tier without groups",
+                    SpecError,
+                )
+    return links, costs
+
+
+def _matrix(doc: LocatedDoc, raw: Any, n: int, what: str) -> list[list[Any]]:
+    path: tuple[str | int, ...] = ("topology", *what.split("."))
+    if not isinstance(raw, list) or len(raw) != n:
+        raise doc.error(path, f"expected {n} rows, one per GPU", SpecError)
+    rows: list[list[Any]] = []
+    for r, row in enumerate(raw):
+        cells = row.split() if isinstance(row, str) else row
+        if not isinstance(cells, list) or len(cells) != n:
+            raise doc.error((*path, r), f"expected {n} entries in row {r}", SpecError)
+        rows.append(cells)
+    return rows
+
+
+def _topology(doc: LocatedDoc, gpus: Sequence[Gpu]) -> Topology | None:
+    raw = doc.data.get("topology")
+    if raw is None:
+        return None
+    _check_keys(doc, ("topology",), raw, _TOPO_KEYS, "topology")
+    n = len(gpus)
+    if ("tiers" in raw) == ("matrix" in raw):
+        raise doc.error(("topology",), "give exactly one of 'tiers' or 'matrix'", SpecError)
+    explicit: list[list[float | None]]
+    if "tiers" in raw:
+        links, explicit = _tiers(doc, raw["tiers"], n)
+    else:
+        cells = _matrix(doc, raw["matrix"], n, "matrix")
+        links = [[_link(doc, ("topology", "matrix", r), cell) for cell in row] for r, row in enumerate(cells)]
+        for r in range(n):
+            for c in range(r):
+                if links[r][c] != links[c][r]:
+                    raise doc.error(
+                        ("topology", "matrix", r),
+                        f"not symmetric: GPU{r}-GPU{c} is {links[r][c]} but GPU{c}-GPU{r} is {links[c][r]}",
+                        SpecError,
+                    )
+        explicit = [[None if i != j else 0.0 for j in range(n)] for i in range(n)]
+    if "costs" in raw:
+        cells = _matrix(doc, raw["costs"], n, "costs")
+        for r, row in enumerate(cells):
+            for c, value in enumerate(row):
+                if isinstance(value, bool) or not isinstance(value, int | float):
+                    raise doc.error(("topology", "costs", r), f"cost {value!r} is not a number", SpecError)
+                explicit[r][c] = float(value)
+    models = [gpu_model(g.model) for g in gpus]
+    nv_gen = min((m.nvlink_generation for m in models if m.nvlink_generation), default=4)
+    pcie_gen = min(m.pcie_generation for m in models)
+    costs = [
+        [
+            explicit[i][j]
+            if explicit[i][j] is not None
+            else default_link_cost(links[i][j], nvlink_generation=nv_gen, pcie_generation=pcie_gen)
+            for j in range(n)
+        ]
+        for i in range(n)
+    ]
+    try:
+        return Topology.from_links(links, costs=[[float(c or 0.0) for c in row] for row in costs])
+    except InputError as exc:
+        raise doc.error(("topology",), str(exc), SpecError) from exc
+
+
+def parse_spec(text: str, *, origin: str = "<spec>", node_name: str | None = None) -> Node:
+    """Parse node spec YAML text into a ``Node``; errors name ``origin``, the line and the key."""
+    doc = load_located(text, origin, SpecError)
+    if not isinstance(doc.data, dict):
+        raise SpecError(f"{origin}: a node spec must be a YAML mapping with 'gpus' (see docs/node-spec.md)")
+    _check_keys(doc, (), doc.data, _TOP_KEYS, "a node spec")
+    name = node_name or str(doc.data.get("name", Path(origin).stem))
+    if not _NAME_RE.match(name):
+        raise doc.error(("name",), f"{name!r} is not a valid node name (lower-case DNS label)", SpecError)
+    gpus = _gpus(doc, name)
+    topology = _topology(doc, gpus)
+    return Node(name=name, gpus=tuple(gpus), topology=topology)

@@ -1,0 +1,74 @@
+"""YAML with line numbers: parse a document and remember where every key and item came from.
+
+Spec and config loaders use it so that an error can say ``node.yaml:12: gpus[3].model: ...``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import yaml
+
+from kubegpu.errors import InputError
+
+__all__ = ["LocatedDoc", "format_path", "load_located"]
+
+Path = tuple[str | int, ...]
+
+
+def format_path(path: Path) -> str:
+    out = ""
+    for part in path:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out or "(top level)"
+
+
+@dataclass(frozen=True)
+class LocatedDoc:
+    """A parsed document plus the 1-based line of every path in it."""
+
+    origin: str
+    data: Any
+    lines: dict[Path, int]
+
+    def where(self, path: Path) -> str:
+        """``origin:line: path`` for the deepest known prefix of ``path``."""
+        probe = path
+        while probe and probe not in self.lines:
+            probe = probe[:-1]
+        line = self.lines.get(probe, 1)
+        return f"{self.origin}:{line}: {format_path(path)}"
+
+    def error(self, path: Path, message: str, cls: type[InputError] = InputError) -> InputError:
+        return cls(f"{self.where(path)}: {message}")
+
+
+def _walk(node: yaml.Node, path: Path, lines: dict[Path, int]) -> None:
+    lines[path] = node.start_mark.line + 1
+    if isinstance(node, yaml.MappingNode):
+        for key_node, value_node in node.value:
+            key = key_node.value if isinstance(key_node, yaml.ScalarNode) else str(key_node.value)
+            lines[(*path, key)] = key_node.start_mark.line + 1
+            _walk(value_node, (*path, key), lines)
+            lines[(*path, key)] = key_node.start_mark.line + 1
+    elif isinstance(node, yaml.SequenceNode):
+        for i, item in enumerate(node.value):
+            _walk(item, (*path, i), lines)
+
+
+def load_located(text: str, origin: str, cls: type[InputError] = InputError) -> LocatedDoc:
+    """Parse YAML (or JSON) text; syntax errors name the origin and line."""
+    try:
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+        data = yaml.safe_load(text)
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark
+        line = mark.line + 1 if mark is not None else 1
+        raise cls(f"{origin}:{line}: not valid YAML: {exc.problem}") from exc
+    except yaml.YAMLError as exc:
+        raise cls(f"{origin}: not valid YAML: {exc}") from exc
+    lines: dict[Path, int] = {}
+    if node is not None:
+        _walk(node, (), lines)
+    return LocatedDoc(origin=origin, data=data, lines=lines)
