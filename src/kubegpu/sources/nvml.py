@@ -18,6 +18,7 @@ from types import ModuleType
 from typing import Any
 
 from kubegpu.errors import SourceError
+from kubegpu.model.gpu import CATALOGUE, GpuModel
 from kubegpu.model.node import Gpu, GpuUuid, MigInstance, Node
 from kubegpu.model.topology import Link, LinkKind, Topology
 from kubegpu.sources.events import GpuEvent, GpuEventKind
@@ -73,16 +74,24 @@ def _text(value: object) -> str:
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
 
 
-def _bus_id(raw: object) -> str:
-    """``00000000:3B:00.0`` -> ``0000:3b:00.0`` (the sysfs spelling)."""
-    text = _text(raw).lower()
+def _sysfs_bus_id(bus_id: str) -> str:
+    """``00000000:3B:00.0`` (NVML) -> ``0000:3b:00.0`` (sysfs); also the form compared between GPUs."""
+    text = bus_id.lower()
     domain, _, rest = text.partition(":")
     return f"{domain[-4:]}:{rest}" if rest else text
 
 
+def _catalogue(product: str) -> tuple[str, GpuModel | None]:
+    """The catalogue entry whose NVML product name is ``product``, else the bare product name."""
+    for key, model in CATALOGUE.items():
+        if model.product == product:
+            return key, model
+    return product.removeprefix("NVIDIA ").replace(" ", "-"), None
+
+
 def _numa_node(bus_id: str, sysfs: Path) -> int | None:
     try:
-        value = int((sysfs / "bus/pci/devices" / bus_id / "numa_node").read_text().strip())
+        value = int((sysfs / "bus/pci/devices" / _sysfs_bus_id(bus_id) / "numa_node").read_text().strip())
     except (OSError, ValueError):
         return None
     return value if value >= 0 else None
@@ -95,6 +104,7 @@ class NvmlSource:
         self._nvml = nvml
         self._sysfs = sysfs
         self._handles: list[Any] = []
+        self._model: GpuModel | None = None
 
     @classmethod
     def open(cls, nvml: ModuleType | Any | None = None, *, sysfs: Path = Path("/sys")) -> NvmlSource:
@@ -157,14 +167,16 @@ class NvmlSource:
         for i in range(count):
             handle = self._call(f"handle of GPU {i}", nv.nvmlDeviceGetHandleByIndex, i)
             self._handles.append(handle)
-            bus = _bus_id(self._call("PCI info", nv.nvmlDeviceGetPciInfo, handle).busId)
+            bus = _text(self._call("PCI info", nv.nvmlDeviceGetPciInfo, handle).busId)
             mig_enabled, instances = self._mig_instances(handle)
-            product = _text(self._call("name", nv.nvmlDeviceGetName, handle)).removeprefix("NVIDIA ")
+            model_name, model = _catalogue(_text(self._call("name", nv.nvmlDeviceGetName, handle)))
+            if model is not None:
+                self._model = model
             gpus.append(
                 Gpu(
                     index=i,
                     uuid=GpuUuid(_text(self._call("UUID", nv.nvmlDeviceGetUUID, handle))),
-                    model=product.replace(" ", "-"),
+                    model=model_name,
                     memory_mib=int(self._call("memory", nv.nvmlDeviceGetMemoryInfo, handle).total) // 2**20,
                     numa_node=_numa_node(bus, self._sysfs),
                     pci_bus_id=bus,
@@ -183,7 +195,7 @@ class NvmlSource:
             try:
                 if nv.nvmlDeviceGetNvLinkState(handle, link) != nv.NVML_FEATURE_ENABLED:
                     continue
-                remote = _bus_id(nv.nvmlDeviceGetNvLinkRemotePciInfo(handle, link).busId)
+                remote = _sysfs_bus_id(_text(nv.nvmlDeviceGetNvLinkRemotePciInfo(handle, link).busId))
             except nv.NVMLError:
                 continue
             kind = None
@@ -214,7 +226,7 @@ class NvmlSource:
                     if i == j:
                         row.append(Link(kind=LinkKind.SELF))
                         continue
-                    nvlinks = lanes[i][0].get(gpus[j].pci_bus_id, 0)
+                    nvlinks = lanes[i][0].get(_sysfs_bus_id(gpus[j].pci_bus_id), 0)
                     if nvlinks == 0 and lanes[i][1] and lanes[j][1]:
                         nvlinks = min(lanes[i][1], lanes[j][1])  # both on the NVSwitch fabric
                     if nvlinks:
@@ -223,7 +235,12 @@ class NvmlSource:
                     level = nv.nvmlDeviceGetTopologyCommonAncestor(self._handles[i], self._handles[j])
                     row.append(Link(kind=_TOPOLOGY_KIND.get(int(level), LinkKind.SYS)))
                 rows.append(row)
-            topology: Topology = Topology.from_links(rows)
+            model = self._model
+            nvlink_gen = model.nvlink_generation if model is not None and model.nvlink_generation else 4
+            pcie_gen = model.pcie_generation if model is not None else 5
+            topology: Topology = Topology.from_links(
+                rows, nvlink_generation=nvlink_gen, pcie_generation=pcie_gen
+            )
             return topology
         except (nv.NVMLError, ValueError, TypeError) as exc:
             log.warning(
