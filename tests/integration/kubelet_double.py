@@ -126,9 +126,11 @@ class KubeletDouble:
         *,
         grace_s: float = 300.0,
         clock: Callable[[], float] = time.monotonic,
+        refuse_registrations: int = 0,
     ) -> None:
         self.dir = plugin_dir
         self.grace_s = grace_s
+        self.refuse_registrations = refuse_registrations  # fault injection: refuse the first N
         self._clock = clock
         self._lock = threading.RLock()  # kubelet's device-manager mutex
         self._server: grpc.Server | None = None
@@ -191,6 +193,11 @@ class KubeletDouble:
 
     def _register(self, request: pb.RegisterRequest, context: grpc.ServicerContext) -> pb.Empty:
         self._record("Register", request.resource_name, request)
+        with self._lock:
+            refuse = self.refuse_registrations > 0
+            self.refuse_registrations -= int(refuse)
+        if refuse:
+            context.abort(grpc.StatusCode.UNKNOWN, "injected: kubelet is not ready")
         if request.version not in SUPPORTED_VERSIONS:
             context.abort(
                 grpc.StatusCode.UNKNOWN,
