@@ -209,6 +209,8 @@ class Agent:
     # -- registration and kubelet restarts --------------------------------------------------------
 
     def _restart(self, slot: _Slot, why: str) -> None:
+        if self._stop.is_set():
+            return
         log.warning(
             "restarting plugin server", extra={"resource": slot.server.plugin.resource.name, "why": why}
         )
@@ -300,10 +302,16 @@ class Agent:
         if self._fault_follower is not None:
             self._fault_follower.stop()
         self._nvml_stop.set()
-        for slot in list(self._slots):  # no lock: a registration in flight must not delay SIGTERM
-            slot.server.stop(grace_s=0.2)
+        # No lock: a registration in flight must not delay SIGTERM. All servers stop in parallel.
+        slots = list(self._slots)
+        pending = [slot.server.begin_stop(grace_s=0.2) for slot in slots]
+        for slot, stopped in zip(slots, pending, strict=True):
+            slot.server.finish_stop(stopped, grace_s=0.2)
         if self._supervisor is not None and self._supervisor is not threading.current_thread():
             self._supervisor.join(timeout=2)
+        for slot in list(self._slots):  # a restart that raced with stop() is stopped too
+            if slot.server.serving:
+                slot.server.stop(grace_s=0)
         if self._nvml_source is not None:
             self._nvml_source.close()
         log.info("agent stopped")

@@ -160,16 +160,27 @@ class PluginServer:
                 raise SourceError(f"the device plugin server on {path} does not answer") from exc
         log.info("serving", extra={"resource": self.plugin.resource.name, "socket": str(path)})
 
+    @property
+    def serving(self) -> bool:
+        return self._server is not None
+
     def socket_alive(self) -> bool:
         return self.socket_path is not None and _is_socket(self.socket_path)
 
     def stop(self, grace_s: float = 0.5) -> None:
         """End every ListAndWatch stream, stop serving and remove the socket."""
+        self.finish_stop(self.begin_stop(grace_s), grace_s)
+
+    def begin_stop(self, grace_s: float = 0.5) -> threading.Event | None:
+        """Start stopping (streams end, no new calls); ``finish_stop`` waits and removes the socket."""
         self._stopping.set()
         self.plugin.wake()
-        if self._server is not None:
-            self._server.stop(grace_s).wait(grace_s + 1.0)
-            self._server = None
+        server, self._server = self._server, None
+        return server.stop(grace_s) if server is not None else None
+
+    def finish_stop(self, stopped: threading.Event | None, grace_s: float = 0.5) -> None:
+        if stopped is not None:
+            stopped.wait(grace_s + 1.0)
         if self.socket_path is not None:
             with contextlib.suppress(FileNotFoundError):
                 self.socket_path.unlink()
