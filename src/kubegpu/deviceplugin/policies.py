@@ -19,7 +19,7 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 
 from kubegpu.allocate import choose
-from kubegpu.errors import AllocationError, KubegpuError
+from kubegpu.errors import KubegpuError
 from kubegpu.model.topology import Topology
 
 __all__ = [
@@ -66,7 +66,7 @@ def choose_topology(
         return choose_simple(topology, available, size, must_include)
     try:
         return tuple(choose(topology, available, count, must_include))
-    except (AllocationError, KubegpuError, ValueError) as exc:
+    except (KubegpuError, ValueError) as exc:
         log.warning("topology allocation failed; using simple choice", extra={"error": str(exc)})
         return choose_simple(topology, available, size, must_include)
 
