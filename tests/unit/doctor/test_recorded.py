@@ -1,0 +1,35 @@
+"""Recorded API objects: the directory layout `--from-recorded` reads, and bad files named precisely."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from kubegpu.doctor import RecordedCluster
+from kubegpu.errors import InputError
+
+
+def test_directory_with_lists_single_objects_and_logs_loads(tmp_path: Path) -> None:
+    (tmp_path / "nodes.json").write_text(
+        json.dumps({"kind": "NodeList", "items": [{"metadata": {"name": "n1"}}]})
+    )
+    pod = {"kind": "Pod", "metadata": {"name": "p", "namespace": "ns"}, "spec": {"nodeName": "n1"}}
+    (tmp_path / "pod.json").write_text(json.dumps(pod))
+    logs = tmp_path / "logs" / "ns" / "p"
+    logs.mkdir(parents=True)
+    (logs / "app.log").write_text("now\n")
+    (logs / "app.previous.log").write_text("before\n")
+    rec = RecordedCluster.from_dir(tmp_path)
+    assert [n["metadata"]["name"] for n in rec.list_nodes()] == ["n1"]
+    assert rec.list_pods(node_name="n1") == [pod]
+    assert rec.read_log("ns", "p", "app") == "now"
+    assert rec.read_log("ns", "p", "app", previous=True) == "before"
+    assert rec.read_log("ns", "p", "other") is None
+
+
+def test_bad_json_names_the_file_and_line(tmp_path: Path) -> None:
+    (tmp_path / "pods.json").write_text('{"kind": "List",\n "items": [,]}')
+    with pytest.raises(InputError, match=r"pods\.json: line 2"):
+        RecordedCluster.from_dir(tmp_path)
