@@ -34,6 +34,12 @@ typecheck: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python bench/allocate_bench.py
+	$(BIN)/python bench/deviceplugin_bench.py
+
+## Regenerate the kubelet Device Plugin API stubs (src/kubegpu/deviceplugin/api/) from v1beta1.proto.
+proto: $(STAMP)
+	$(BIN)/python -m grpc_tools.protoc -I src --python_out=src --pyi_out=src --grpc_python_out=src \
+		src/kubegpu/deviceplugin/api/v1beta1.proto
 
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache

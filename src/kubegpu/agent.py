@@ -1,1 +1,343 @@
-"""Composes a node agent: source -> inventory -> device plugin servers (not built yet)."""
+"""The node agent: source -> inventory -> one device plugin server per resource, kept registered.
+
+``Agent`` composes the pieces and owns their lifecycles:
+
+1. reads the node from a node spec (``builtin:…`` or YAML) or from NVML;
+2. resolves the configuration (CLI > env > file) and builds the inventory;
+3. serves every resource on a fresh socket, then registers it with kubelet, retrying with backoff
+   while kubelet is absent or refuses;
+4. watches for kubelet restarts (a new ``kubelet.sock`` inode, or a plugin socket that vanished) and
+   then serves again on fresh sockets and re-registers, without restarting the process;
+5. feeds health events (NVML, ``--fault-file``) into one ``HealthTracker`` that all servers read;
+6. ``reload()`` (SIGHUP) re-reads the configuration: an invalid one is logged and the running one kept;
+   ``stop()`` (SIGTERM) stops every server and removes its socket.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import FrameType
+from typing import TYPE_CHECKING
+
+from kubegpu.deviceplugin.config import AgentConfig, load_config
+from kubegpu.deviceplugin.inventory import Inventory, build_inventory
+from kubegpu.deviceplugin.plugin import ResourcePlugin
+from kubegpu.deviceplugin.server import PluginServer, RegistrationFailed, register
+from kubegpu.errors import InputError, KubegpuError, SourceError
+from kubegpu.health.events import EventKind, HealthEvent
+from kubegpu.health.tracker import HealthTracker, UnknownGpuError
+from kubegpu.model.node import Node
+from kubegpu.sources.events import GpuEvent
+from kubegpu.sources.faults import FaultFileFollower
+
+if TYPE_CHECKING:
+    from kubegpu.sources.nvml import NvmlSource
+
+__all__ = ["DEFAULT_DEVICE_PLUGIN_DIR", "Agent", "AgentOptions"]
+
+log = logging.getLogger(__name__)
+
+DEFAULT_DEVICE_PLUGIN_DIR = Path("/var/lib/kubelet/device-plugins")
+KUBELET_SOCKET_NAME = "kubelet.sock"
+
+
+@dataclass(frozen=True, kw_only=True)
+class AgentOptions:
+    """What the command line gives the agent; ``kubelet_socket`` "" disables registration."""
+
+    node_spec: str | None = None
+    use_nvml: bool = False
+    device_plugin_dir: Path = DEFAULT_DEVICE_PLUGIN_DIR
+    kubelet_socket: str = KUBELET_SOCKET_NAME
+    config_file: Path | None = None
+    cli_overrides: Mapping[str, object] = field(default_factory=dict)
+    fault_file: Path | None = None
+    env: Mapping[str, str] = field(default_factory=dict)
+    watch_interval_s: float = 0.1
+    max_backoff_s: float = 5.0
+
+    @property
+    def kubelet_socket_path(self) -> Path | None:
+        if not self.kubelet_socket:
+            return None
+        path = Path(self.kubelet_socket)
+        return path if path.is_absolute() else self.device_plugin_dir / path
+
+
+@dataclass(kw_only=True)
+class _Slot:
+    server: PluginServer
+    registered_inode: int | None = None
+    next_attempt: float = 0.0
+    backoff_s: float = 0.1
+    failures: int = 0
+
+
+def _inode(path: Path | None) -> int | None:
+    if path is None:
+        return None
+    try:
+        return os.stat(path).st_ino
+    except OSError:
+        return None
+
+
+class Agent:
+    """One node's device plugin; thread-safe start/stop/reload."""
+
+    def __init__(self, options: AgentOptions, *, clock: Callable[[], float] = time.monotonic) -> None:
+        self.options = options
+        self._clock = clock
+        self._lock = threading.RLock()
+        self._stop = threading.Event()
+        self._slots: list[_Slot] = []
+        self._supervisor: threading.Thread | None = None
+        self._fault_follower: FaultFileFollower | None = None
+        self._nvml_stop = threading.Event()
+        self._nvml_thread: threading.Thread | None = None
+        self._nvml_source: NvmlSource | None = None
+        self.node: Node | None = None
+        self.config: AgentConfig | None = None
+        self.inventory: Inventory | None = None
+        self.tracker: HealthTracker | None = None
+
+    # -- building ---------------------------------------------------------------------------------
+
+    def _load_config(self) -> AgentConfig:
+        return load_config(self.options.config_file, env=self.options.env, cli=self.options.cli_overrides)
+
+    def _load_node(self) -> Node:
+        if self.options.use_nvml:
+            from kubegpu.sources.nvml import NvmlSource
+
+            source = NvmlSource.open()
+            self._nvml_source = source
+            return source.read_node(os.environ.get("NODE_NAME", os.uname().nodename))
+        if self.options.node_spec is None:
+            raise InputError("give a GPU source: --node-spec SOURCE (simulated GPUs) or --nvml (real GPUs)")
+        from kubegpu.sources.spec import load_node
+
+        return load_node(self.options.node_spec)
+
+    def _plugins(self, inventory: Inventory, config: AgentConfig, tracker: HealthTracker) -> list[_Slot]:
+        return [
+            _Slot(
+                server=PluginServer(
+                    ResourcePlugin(
+                        resource=resource,
+                        topology=inventory.node.topology,
+                        config=config,
+                        tracker=tracker,
+                    ),
+                    self.options.device_plugin_dir,
+                )
+            )
+            for resource in inventory.resources
+        ]
+
+    def start(self) -> None:
+        """Load everything (raising ``KubegpuError`` on bad input, with nothing started), then serve."""
+        config = self._load_config()
+        try:
+            node = self._load_node()
+        except SourceError as exc:
+            if config.fail_on_init_error:
+                raise
+            log.error("no GPUs readable; serving nothing (failOnInitError=false)", extra={"error": str(exc)})
+            node = Node(name=os.uname().nodename, gpus=(), topology=None)
+        inventory = build_inventory(node, config)
+        aliases: dict[str, int] = {str(g.uuid): g.index for g in node.gpus}
+        aliases.update({str(m.uuid): g.index for g in node.gpus for m in g.mig_instances})
+        tracker = HealthTracker(gpu_count=len(node.gpus), aliases=aliases, policy=config.health)
+        self.options.device_plugin_dir.mkdir(parents=True, exist_ok=True)
+        for warning in (*config.warnings, *inventory.warnings):
+            log.warning(warning)
+        with self._lock:
+            self.node, self.config, self.inventory, self.tracker = node, config, inventory, tracker
+            self._slots = self._plugins(inventory, config, tracker)
+            try:
+                for slot in self._slots:
+                    slot.server.start()
+            except BaseException:
+                for slot in self._slots:
+                    slot.server.stop(grace_s=0)
+                raise
+        log.info(
+            "agent started",
+            extra={
+                "node": node.name,
+                "gpus": len(node.gpus),
+                "resources": {str(r.name): len(r.devices) for r in inventory.resources},
+            },
+        )
+        if self.options.fault_file is not None:
+            self._fault_follower = FaultFileFollower(self.options.fault_file, self.apply_event)
+            self._fault_follower.start()
+        if self._nvml_source is not None:
+            source = self._nvml_source
+            self._nvml_thread = threading.Thread(
+                target=source.watch_health, args=(self._nvml_stop, self.apply_event), name="nvml", daemon=True
+            )
+            self._nvml_thread.start()
+        self._supervisor = threading.Thread(target=self._supervise, name="registration", daemon=True)
+        self._supervisor.start()
+
+    def apply_event(self, observed: GpuEvent) -> None:
+        """Hand a source's observation to the health tracker (the two layers meet only here)."""
+        tracker = self.tracker
+        if tracker is None:
+            return
+        event = HealthEvent(
+            gpu=observed.gpu,
+            kind=EventKind(observed.kind.value),
+            xid=observed.xid,
+            detail=observed.detail,
+            source=observed.source,
+        )
+        try:
+            tracker.apply(event)
+        except UnknownGpuError as exc:
+            log.error("health event for an unknown GPU ignored", extra={"error": str(exc)})
+
+    # -- registration and kubelet restarts --------------------------------------------------------
+
+    def _restart(self, slot: _Slot, why: str) -> None:
+        if self._stop.is_set():
+            return
+        log.warning(
+            "restarting plugin server", extra={"resource": slot.server.plugin.resource.name, "why": why}
+        )
+        slot.server.stop()
+        slot.server.start()
+        slot.registered_inode = None
+        slot.next_attempt = 0.0
+        slot.backoff_s = 0.1
+
+    def _supervise(self) -> None:
+        kubelet = self.options.kubelet_socket_path
+        while not self._stop.wait(self.options.watch_interval_s):
+            with self._lock:
+                if self._stop.is_set():
+                    return
+                try:
+                    self._tick(kubelet)
+                except Exception:
+                    log.exception("registration loop failed; retrying")
+
+    def _tick(self, kubelet: Path | None) -> None:
+        inode = _inode(kubelet)
+        now = self._clock()
+        for slot in self._slots:
+            if not slot.server.socket_alive():
+                self._restart(slot, "plugin socket removed (kubelet restart?)")
+            elif slot.registered_inode is not None and inode is not None and inode != slot.registered_inode:
+                self._restart(slot, "kubelet.sock recreated (kubelet restart)")
+            if kubelet is None or slot.registered_inode is not None or now < slot.next_attempt:
+                continue
+            if inode is None:
+                continue  # kubelet absent: register as soon as its socket appears
+            try:
+                register(kubelet, slot.server)
+            except RegistrationFailed as exc:
+                slot.failures += 1
+                slot.next_attempt = now + slot.backoff_s
+                log.warning(
+                    "registration failed; retrying",
+                    extra={"error": str(exc), "retry_in_s": round(slot.backoff_s, 2)},
+                )
+                slot.backoff_s = min(slot.backoff_s * 2, self.options.max_backoff_s)
+                continue
+            slot.registered_inode = inode
+            slot.failures = 0
+            slot.backoff_s = 0.1
+
+    # -- reload and stop --------------------------------------------------------------------------
+
+    def reload(self) -> bool:
+        """Re-read the configuration; keep the running one (and say why) if the new one is invalid."""
+        assert self.node is not None and self.tracker is not None
+        try:
+            config = self._load_config()
+            inventory = build_inventory(self.node, config)
+        except KubegpuError as exc:
+            log.error("config reload rejected; keeping the running config", extra={"error": str(exc)})
+            return False
+        with self._lock:
+            for slot in self._slots:
+                slot.server.stop()
+            self.tracker.set_policy(config.health)
+            self.config, self.inventory = config, inventory
+            self._slots = self._plugins(inventory, config, self.tracker)
+            for slot in self._slots:
+                slot.server.start()
+        log.info("config reloaded", extra={"resources": [str(r.name) for r in inventory.resources]})
+        return True
+
+    @property
+    def sockets(self) -> dict[str, Path]:
+        """Resource name -> the socket it is served on now."""
+        with self._lock:
+            return {
+                str(s.server.plugin.resource.name): s.server.socket_path
+                for s in self._slots
+                if s.server.socket_path is not None
+            }
+
+    def registered(self) -> dict[str, bool]:
+        with self._lock:
+            return {str(s.server.plugin.resource.name): s.registered_inode is not None for s in self._slots}
+
+    def stop(self) -> None:
+        """Stop serving and remove every socket."""
+        self._stop.set()
+        if self.tracker is not None:
+            self.tracker.wake()
+        if self._fault_follower is not None:
+            self._fault_follower.stop()
+        self._nvml_stop.set()
+        # No lock: a registration in flight must not delay SIGTERM. All servers stop in parallel.
+        slots = list(self._slots)
+        pending = [slot.server.begin_stop(grace_s=0.2) for slot in slots]
+        for slot, stopped in zip(slots, pending, strict=True):
+            slot.server.finish_stop(stopped, grace_s=0.2)
+        if self._supervisor is not None and self._supervisor is not threading.current_thread():
+            self._supervisor.join(timeout=2)
+        for slot in list(self._slots):  # a restart that raced with stop() is stopped too
+            if slot.server.serving:
+                slot.server.stop(grace_s=0)
+        if self._nvml_source is not None:
+            self._nvml_source.close()
+        log.info("agent stopped")
+
+    def run_until_signalled(self) -> None:
+        """Serve until SIGTERM/SIGINT; SIGHUP reloads the configuration."""
+        done = threading.Event()
+        reload_wanted = threading.Event()
+
+        def on_term(signum: int, frame: FrameType | None) -> None:
+            del frame
+            log.info("signal received", extra={"signal": signal.Signals(signum).name})
+            done.set()
+
+        def on_hup(signum: int, frame: FrameType | None) -> None:
+            del signum, frame
+            reload_wanted.set()
+
+        signal.signal(signal.SIGTERM, on_term)
+        signal.signal(signal.SIGINT, on_term)
+        signal.signal(signal.SIGHUP, on_hup)
+        self.start()
+        try:
+            while not done.wait(0.1):
+                if reload_wanted.is_set():
+                    reload_wanted.clear()
+                    self.reload()
+        finally:
+            self.stop()

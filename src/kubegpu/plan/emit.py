@@ -76,6 +76,9 @@ def _shm_volume() -> tuple[dict[str, Any], dict[str, Any]]:
     return volume, mount
 
 
+MPS_ROOT = "/run/nvidia/mps"
+
+
 def _plugin_config(option: ServeOption | None, replicas: int = 1) -> dict[str, Any]:
     """NVIDIA's device plugin config (``version: v1``) for one node kind."""
     mig = option is not None and option.mode is SharingMode.MIG
@@ -90,6 +93,8 @@ def _plugin_config(option: ServeOption | None, replicas: int = 1) -> dict[str, A
             }
         }
     elif mode is SharingMode.MPS:
+        # MPS needs the control daemon's pipe and shm directory; NVIDIA's Helm chart uses this one.
+        config["flags"]["mpsRoot"] = MPS_ROOT
         config["sharing"] = {
             "mps": {
                 "renameByDefault": False,

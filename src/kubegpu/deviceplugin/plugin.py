@@ -1,0 +1,182 @@
+"""The resource manager behind one advertised resource: snapshots, preferred sets, Allocate answers.
+
+This is where the device plugin's policy lives; the gRPC servicer in ``server.py`` only translates
+protobuf to these calls and back. Health is read from the node-wide ``HealthTracker``, so a device is
+Unhealthy whenever the physical GPU behind it is. ``preferred`` never returns an ID outside the
+caller's ``available`` list, always keeps the must-include IDs, and never fails: a policy that cannot
+answer falls back to a simple choice. ``allocate`` validates every ID before building anything.
+"""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from enum import Enum
+
+from kubegpu.deviceplugin.config import AgentConfig
+from kubegpu.deviceplugin.inventory import Device, Resource, ResourceKind
+from kubegpu.deviceplugin.policies import ALLOCATION_POLICIES, REPLICA_POLICIES
+from kubegpu.deviceplugin.response import ContainerAllocation, build_allocation
+from kubegpu.health.tracker import HealthTracker
+from kubegpu.model.topology import Topology
+
+__all__ = ["DeviceRequestError", "DeviceStatus", "Problem", "ResourcePlugin"]
+
+SHARED_REQUEST_LIMIT_MESSAGE = "maximum request size for shared resources is 1"
+
+
+class Problem(Enum):
+    """Why a request was refused; the servicer maps each to a gRPC status code."""
+
+    EMPTY = "empty"
+    UNKNOWN_DEVICE = "unknown-device"
+    UNHEALTHY = "unhealthy"
+    TOO_MANY_SHARED = "too-many-shared"
+
+
+class DeviceRequestError(Exception):
+    """A request kubelet sent cannot be honoured; ``str()`` is the message kubelet will show."""
+
+    def __init__(self, problem: Problem, message: str) -> None:
+        super().__init__(message)
+        self.problem = problem
+
+
+@dataclass(frozen=True, kw_only=True)
+class DeviceStatus:
+    """One device as ListAndWatch reports it."""
+
+    id: str
+    healthy: bool
+    numa_node: int | None
+
+
+class ResourcePlugin:
+    """Policy for one resource; thread-safe (state is the immutable inventory plus the tracker)."""
+
+    def __init__(
+        self,
+        *,
+        resource: Resource,
+        topology: Topology | None,
+        config: AgentConfig,
+        tracker: HealthTracker,
+        annotation_id: Callable[[], str] = lambda: str(uuid.uuid4()),
+    ) -> None:
+        self.resource = resource
+        self._topology = topology
+        self._config = config
+        self._tracker = tracker
+        self._annotation_id = annotation_id
+        self._allocation_policy = ALLOCATION_POLICIES[config.allocation_policy]
+        self._replica_policy = REPLICA_POLICIES[config.replica_policy]
+
+    # -- options and snapshots ----------------------------------------------------------------
+
+    @property
+    def pre_start_required(self) -> bool:
+        return self._config.pre_start_check
+
+    def wake(self) -> None:
+        """Wake every ``watch`` so it notices it should stop."""
+        self._tracker.wake()
+
+    def snapshot(self) -> tuple[DeviceStatus, ...]:
+        return tuple(
+            DeviceStatus(id=d.id, healthy=self._tracker.is_healthy(d.gpu), numa_node=d.numa_node)
+            for d in self.resource.devices
+        )
+
+    def watch(
+        self, is_active: Callable[[], bool], stopping: threading.Event, poll_s: float = 0.25
+    ) -> Iterator[tuple[DeviceStatus, ...]]:
+        """Yield the full snapshot now and again after every change, until inactive or stopping."""
+        seen = self._tracker.version
+        last = self.snapshot()
+        yield last
+        while is_active() and not stopping.is_set():
+            version = self._tracker.wait_for_change(seen, poll_s)
+            if version == seen or stopping.is_set():
+                continue
+            seen = version
+            current = self.snapshot()
+            if current != last:
+                last = current
+                yield current
+
+    # -- GetPreferredAllocation ---------------------------------------------------------------
+
+    def preferred(self, available: Sequence[str], must_include: Sequence[str], size: int) -> tuple[str, ...]:
+        """The IDs to prefer among ``available`` (a subset of it), must-include IDs first."""
+        offered = list(dict.fromkeys(available))
+        offered_set = set(offered)
+        must = [i for i in dict.fromkeys(must_include) if i in offered_set]
+        candidates: list[Device] = []
+        for device_id in offered:
+            device = self.resource.device(device_id)
+            if device is None:
+                continue  # not ours: never prefer it, kubelet fills any shortfall itself
+            if device_id in must or self._tracker.is_healthy(device.gpu):
+                candidates.append(device)
+        if size <= len(must):
+            return tuple(must)
+        if self.resource.sharing is not None:
+            in_use: dict[int, int] = dict(self.resource.replicas_per_gpu)
+            for d in candidates:
+                in_use[d.gpu] -= 1
+            chosen = self._replica_policy([(d.gpu, d.id) for d in candidates], size, must, in_use)
+        elif self.resource.kind is ResourceKind.MIG:
+            rest = sorted(
+                (d for d in candidates if d.id not in must), key=lambda d: (d.gpu, d.mig_position or 0, d.id)
+            )
+            chosen = tuple(must) + tuple(d.id for d in rest[: size - len(must)])
+        else:
+            by_gpu = {d.gpu: d.id for d in candidates}
+            must_gpus = [d.gpu for d in candidates if d.id in must]
+            picked = self._allocation_policy(self._topology, sorted(by_gpu), size, must_gpus)
+            chosen = tuple(must) + tuple(by_gpu[g] for g in picked if by_gpu[g] not in must)
+        result = [i for i in dict.fromkeys(chosen) if i in offered_set]
+        return tuple(result[: max(size, len(must))])
+
+    # -- Allocate -----------------------------------------------------------------------------
+
+    def validate(self, device_ids: Sequence[str]) -> list[Device]:
+        """The devices behind ``device_ids``; raises ``DeviceRequestError`` naming the first bad one."""
+        if not device_ids:
+            raise DeviceRequestError(Problem.EMPTY, f"{self.resource.name}: the request names no devices")
+        devices: list[Device] = []
+        for device_id in device_ids:
+            device = self.resource.device(device_id)
+            if device is None:
+                raise DeviceRequestError(
+                    Problem.UNKNOWN_DEVICE,
+                    f"{self.resource.name}: unknown device ID {device_id!r}; this plugin advertises "
+                    f"{len(self.resource.devices)} devices (e.g. {self.resource.devices[0].id})",
+                )
+            devices.append(device)
+        for device in devices:
+            if not self._tracker.is_healthy(device.gpu):
+                status = self._tracker.status(device.gpu)
+                raise DeviceRequestError(
+                    Problem.UNHEALTHY,
+                    f"{self.resource.name}: device {device.id} is unhealthy "
+                    f"(GPU {device.gpu}: {status.reason})",
+                )
+        if (
+            self.resource.sharing is not None
+            and self.resource.fail_requests_greater_than_one
+            and len(devices) > 1
+        ):
+            raise DeviceRequestError(Problem.TOO_MANY_SHARED, SHARED_REQUEST_LIMIT_MESSAGE)
+        return devices
+
+    def allocate(self, device_ids: Sequence[str]) -> ContainerAllocation:
+        devices = self.validate(device_ids)
+        return build_allocation(self.resource, devices, self._config, annotation_id=self._annotation_id)
+
+    def pre_start(self, device_ids: Sequence[str]) -> None:
+        """With ``preStartCheck``: refuse to start a container on a device that turned unhealthy."""
+        if self._config.pre_start_check:
+            self.validate(device_ids)

@@ -1,0 +1,297 @@
+"""The one place kubegpu talks to NVML (nvidia-ml-py): real GPUs, their topology and health events.
+
+Everything NVML goes through this funnel: ``pynvml`` is imported and initialised lazily, bytes are
+decoded, optional symbols are probed, and every NVML error is translated into what it means for an
+operator (``explain``), so the agent and the doctor say "the NVIDIA driver is not loaded" rather than
+``NVMLError_DriverNotLoaded``. On a host without a driver, ``NvmlSource.open`` raises ``SourceError``
+with that explanation and nothing else in kubegpu needs to know.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from kubegpu.errors import SourceError
+from kubegpu.model.gpu import CATALOGUE, GpuModel
+from kubegpu.model.node import Gpu, GpuUuid, MigInstance, Node
+from kubegpu.model.topology import Link, LinkKind, Topology
+from kubegpu.sources.events import GpuEvent, GpuEventKind
+
+__all__ = ["NvmlSource", "explain", "import_pynvml"]
+
+log = logging.getLogger(__name__)
+
+# NVML return codes (stable across NVML versions) and what each means for an operator.
+_MEANINGS: dict[int, str] = {
+    3: "not supported by this GPU or driver",
+    4: "no permission to talk to the NVIDIA driver (/dev/nvidiactl); run privileged or as root",
+    6: "not found",
+    9: "the NVIDIA kernel driver is not loaded (check `lsmod | grep nvidia` and dmesg)",
+    10: "timed out",
+    12: (
+        "the NVML library (libnvidia-ml.so.1) was not found: no NVIDIA driver on this host, or the "
+        "container does not see the driver's libraries (use the NVIDIA container runtime or mount the "
+        "driver root)"
+    ),
+    15: "a GPU has fallen off the bus or is otherwise inaccessible (XID 79); reset or drain the node",
+    18: (
+        "driver/library version mismatch: the driver was upgraded but the kernel module was not "
+        "reloaded; reboot the node or reload the nvidia module"
+    ),
+    999: (
+        "NVML: Unknown Error; in containers this often follows `systemctl daemon-reload` removing "
+        "device access (use CDI or restart the pod)"
+    ),
+}
+_TOPOLOGY_KIND = {0: LinkKind.PIX, 10: LinkKind.PIX, 20: LinkKind.PXB, 30: LinkKind.PHB, 40: LinkKind.NODE}
+
+
+def import_pynvml() -> ModuleType:
+    """Import nvidia-ml-py's ``pynvml``; ``SourceError`` if the package is missing."""
+    try:
+        import pynvml as module
+    except ImportError as exc:  # pragma: no cover - a declared dependency
+        raise SourceError("nvidia-ml-py is not installed; pip install nvidia-ml-py") from exc
+    loaded: ModuleType = module
+    return loaded
+
+
+def explain(error: BaseException) -> str:
+    """What an NVML error means for an operator."""
+    code = getattr(error, "value", None)
+    if isinstance(code, int) and code in _MEANINGS:
+        return _MEANINGS[code]
+    return f"NVML error: {error}"
+
+
+def _text(value: object) -> str:
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+
+
+def _sysfs_bus_id(bus_id: str) -> str:
+    """``00000000:3B:00.0`` (NVML) -> ``0000:3b:00.0`` (sysfs); also the form compared between GPUs."""
+    text = bus_id.lower()
+    domain, _, rest = text.partition(":")
+    return f"{domain[-4:]}:{rest}" if rest else text
+
+
+def _catalogue(product: str) -> tuple[str, GpuModel | None]:
+    """The catalogue entry whose NVML product name is ``product``, else the bare product name."""
+    for key, model in CATALOGUE.items():
+        if model.product == product:
+            return key, model
+    return product.removeprefix("NVIDIA ").replace(" ", "-"), None
+
+
+def _numa_node(bus_id: str, sysfs: Path) -> int | None:
+    try:
+        value = int((sysfs / "bus/pci/devices" / _sysfs_bus_id(bus_id) / "numa_node").read_text().strip())
+    except (OSError, ValueError):
+        return None
+    return value if value >= 0 else None
+
+
+class NvmlSource:
+    """A node read from NVML; ``nvml`` is injectable (tests pass a fake module)."""
+
+    def __init__(self, nvml: ModuleType | Any, *, sysfs: Path = Path("/sys")) -> None:
+        self._nvml = nvml
+        self._sysfs = sysfs
+        self._handles: list[Any] = []
+        self._model: GpuModel | None = None
+
+    @classmethod
+    def open(cls, nvml: ModuleType | Any | None = None, *, sysfs: Path = Path("/sys")) -> NvmlSource:
+        """Initialise NVML; ``SourceError`` explaining why when there is no usable driver."""
+        module = nvml if nvml is not None else import_pynvml()
+        try:
+            module.nvmlInit()
+        except module.NVMLError as exc:
+            raise SourceError(f"NVML is not available: {explain(exc)}") from exc
+        return cls(module, sysfs=sysfs)
+
+    def close(self) -> None:
+        try:
+            self._nvml.nvmlShutdown()
+        except self._nvml.NVMLError as exc:
+            log.debug("nvmlShutdown failed", extra={"error": explain(exc)})
+
+    def _call(self, what: str, fn: Callable[..., Any], *args: Any) -> Any:
+        try:
+            return fn(*args)
+        except self._nvml.NVMLError as exc:
+            raise SourceError(f"NVML {what} failed: {explain(exc)}") from exc
+
+    # -- the node -------------------------------------------------------------------------------
+
+    def _mig_instances(self, handle: Any) -> tuple[bool, tuple[MigInstance, ...]]:
+        nv = self._nvml
+        try:
+            current, _pending = nv.nvmlDeviceGetMigMode(handle)
+        except nv.NVMLError:
+            return False, ()
+        if current != nv.NVML_DEVICE_MIG_ENABLE:
+            return False, ()
+        instances = []
+        for j in range(self._call("max MIG device count", nv.nvmlDeviceGetMaxMigDeviceCount, handle)):
+            try:
+                mig = nv.nvmlDeviceGetMigDeviceHandleByIndex(handle, j)
+            except nv.NVMLError:
+                continue
+            attrs = self._call("MIG attributes", nv.nvmlDeviceGetAttributes, mig)
+            gi_id = int(self._call("GPU instance id", nv.nvmlDeviceGetGpuInstanceId, mig))
+            memory_gb = round(attrs.memorySizeMB / 1024)
+            profile = f"{attrs.gpuInstanceSliceCount}g.{memory_gb}gb"
+            start = 0
+            try:
+                gi = nv.nvmlDeviceGetGpuInstanceById(handle, gi_id)
+                start = int(nv.nvmlGpuInstanceGetInfo(gi).placement.start)
+            except (nv.NVMLError, AttributeError):
+                pass
+            uuid = GpuUuid(_text(self._call("MIG UUID", nv.nvmlDeviceGetUUID, mig)))
+            instances.append(MigInstance(profile=profile, start_slot=start, uuid=uuid, gi_index=gi_id))
+        return True, tuple(instances)
+
+    def read_node(self, name: str) -> Node:
+        """Every GPU with UUID, model, memory, PCI bus, NUMA node, MIG instances, plus the topology."""
+        nv = self._nvml
+        count = int(self._call("device count", nv.nvmlDeviceGetCount))
+        gpus = []
+        self._handles = []
+        for i in range(count):
+            handle = self._call(f"handle of GPU {i}", nv.nvmlDeviceGetHandleByIndex, i)
+            self._handles.append(handle)
+            bus = _text(self._call("PCI info", nv.nvmlDeviceGetPciInfo, handle).busId)
+            mig_enabled, instances = self._mig_instances(handle)
+            model_name, model = _catalogue(_text(self._call("name", nv.nvmlDeviceGetName, handle)))
+            if model is not None:
+                self._model = model
+            gpus.append(
+                Gpu(
+                    index=i,
+                    uuid=GpuUuid(_text(self._call("UUID", nv.nvmlDeviceGetUUID, handle))),
+                    model=model_name,
+                    memory_mib=int(self._call("memory", nv.nvmlDeviceGetMemoryInfo, handle).total) // 2**20,
+                    numa_node=_numa_node(bus, self._sysfs),
+                    pci_bus_id=bus,
+                    mig_enabled=mig_enabled,
+                    mig_instances=instances,
+                )
+            )
+        return Node(name=name, gpus=tuple(gpus), topology=self._topology(gpus))
+
+    def _nvlinks(self, handle: Any) -> tuple[dict[str, int], int]:
+        """NVLink lanes per peer bus id, and lanes that go to an NVSwitch."""
+        nv = self._nvml
+        peers: dict[str, int] = {}
+        to_switch = 0
+        for link in range(getattr(nv, "NVML_NVLINK_MAX_LINKS", 18)):
+            try:
+                if nv.nvmlDeviceGetNvLinkState(handle, link) != nv.NVML_FEATURE_ENABLED:
+                    continue
+                remote = _sysfs_bus_id(_text(nv.nvmlDeviceGetNvLinkRemotePciInfo(handle, link).busId))
+            except nv.NVMLError:
+                continue
+            kind = None
+            probe = getattr(nv, "nvmlDeviceGetNvLinkRemoteDeviceType", None)
+            if probe is not None:
+                try:
+                    kind = probe(handle, link)
+                except nv.NVMLError:
+                    kind = None
+            if kind is not None and kind == getattr(nv, "NVML_NVLINK_DEVICE_TYPE_SWITCH", object()):
+                to_switch += 1
+            else:
+                peers[remote] = peers.get(remote, 0) + 1
+        return peers, to_switch
+
+    def _topology(self, gpus: list[Gpu]) -> Topology | None:
+        """Links from NVML's common-ancestor levels and NVLink remotes; ``None`` if any query fails."""
+        nv = self._nvml
+        n = len(gpus)
+        if n == 0:
+            return None
+        try:
+            lanes = [self._nvlinks(h) for h in self._handles]
+            rows: list[list[Link]] = []
+            for i in range(n):
+                row: list[Link] = []
+                for j in range(n):
+                    if i == j:
+                        row.append(Link(kind=LinkKind.SELF))
+                        continue
+                    nvlinks = lanes[i][0].get(_sysfs_bus_id(gpus[j].pci_bus_id), 0)
+                    if nvlinks == 0 and lanes[i][1] and lanes[j][1]:
+                        nvlinks = min(lanes[i][1], lanes[j][1])  # both on the NVSwitch fabric
+                    if nvlinks:
+                        row.append(Link(kind=LinkKind.NVLINK, nvlinks=nvlinks))
+                        continue
+                    level = nv.nvmlDeviceGetTopologyCommonAncestor(self._handles[i], self._handles[j])
+                    row.append(Link(kind=_TOPOLOGY_KIND.get(int(level), LinkKind.SYS)))
+                rows.append(row)
+            model = self._model
+            nvlink_gen = model.nvlink_generation if model is not None and model.nvlink_generation else 4
+            pcie_gen = model.pcie_generation if model is not None else 5
+            topology: Topology = Topology.from_links(
+                rows, nvlink_generation=nvlink_gen, pcie_generation=pcie_gen
+            )
+            return topology
+        except (nv.NVMLError, ValueError, TypeError) as exc:
+            log.warning(
+                "GPU topology unavailable; allocation falls back to simple", extra={"error": str(exc)}
+            )
+            return None
+
+    # -- health ---------------------------------------------------------------------------------
+
+    def watch_health(self, stop: threading.Event, emit: Callable[[GpuEvent], None]) -> None:
+        """Block until ``stop``, turning NVML XID/ECC events into ``GpuEvent``s (5 s waits)."""
+        nv = self._nvml
+        wanted = nv.nvmlEventTypeXidCriticalError | nv.nvmlEventTypeDoubleBitEccError
+        wanted |= nv.nvmlEventTypeSingleBitEccError
+        events = self._call("event set", nv.nvmlEventSetCreate)
+        by_uuid: dict[str, int] = {}
+        for i, handle in enumerate(self._handles):
+            uuid = _text(nv.nvmlDeviceGetUUID(handle))
+            by_uuid[uuid] = i
+            try:
+                supported = nv.nvmlDeviceGetSupportedEventTypes(handle)
+                nv.nvmlDeviceRegisterEvents(handle, wanted & supported, events)
+            except nv.NVMLError as exc:
+                if getattr(exc, "value", None) == 3:
+                    log.warning("health events not supported", extra={"gpu": i})
+                    continue
+                emit(GpuEvent(gpu=i, kind=GpuEventKind.LOST, detail=explain(exc), source="nvml"))
+        try:
+            while not stop.is_set():
+                try:
+                    data = nv.nvmlEventSetWait_v2(events, 5000)
+                except nv.NVMLError as exc:
+                    if getattr(exc, "value", None) == 10:
+                        continue
+                    for i in range(len(self._handles)):
+                        emit(GpuEvent(gpu=i, kind=GpuEventKind.LOST, detail=explain(exc), source="nvml"))
+                    stop.wait(5)
+                    continue
+                try:
+                    uuid = _text(nv.nvmlDeviceGetUUID(data.device))
+                except nv.NVMLError as exc:
+                    for i in range(len(self._handles)):
+                        emit(GpuEvent(gpu=i, kind=GpuEventKind.LOST, detail=explain(exc), source="nvml"))
+                    continue
+                gpu: int | str = by_uuid.get(uuid, uuid)
+                if data.eventType == nv.nvmlEventTypeXidCriticalError:
+                    emit(GpuEvent(gpu=gpu, kind=GpuEventKind.XID, xid=int(data.eventData), source="nvml"))
+                elif data.eventType == nv.nvmlEventTypeDoubleBitEccError:
+                    emit(GpuEvent(gpu=gpu, kind=GpuEventKind.ECC_DOUBLE_BIT, source="nvml"))
+                elif data.eventType == nv.nvmlEventTypeSingleBitEccError:
+                    emit(GpuEvent(gpu=gpu, kind=GpuEventKind.ECC_SINGLE_BIT, source="nvml"))
+        finally:
+            with contextlib.suppress(nv.NVMLError):
+                nv.nvmlEventSetFree(events)

@@ -1,0 +1,42 @@
+"""Small helpers shared by the integration tests (talking to a plugin socket directly)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import grpc
+
+from kubegpu.deviceplugin.api import v1beta1_pb2 as pb
+from kubegpu.deviceplugin.api import v1beta1_pb2_grpc as pb_grpc
+
+
+def plugin_stub(socket: Path) -> tuple[grpc.Channel, pb_grpc.DevicePluginStub]:
+    channel = grpc.insecure_channel(f"unix://{socket}")
+    grpc.channel_ready_future(channel).result(timeout=10)
+    return channel, pb_grpc.DevicePluginStub(channel)
+
+
+def preferred(
+    stub: pb_grpc.DevicePluginStub, available: list[str], size: int, must: list[str] | None = None
+) -> list[str]:
+    request = pb.PreferredAllocationRequest(
+        container_requests=[
+            pb.ContainerPreferredAllocationRequest(
+                available_deviceIDs=available, must_include_deviceIDs=must or [], allocation_size=size
+            )
+        ]
+    )
+    return list(stub.GetPreferredAllocation(request, timeout=10).container_responses[0].deviceIDs)
+
+
+def allocate(stub: pb_grpc.DevicePluginStub, ids: list[str]) -> pb.ContainerAllocateResponse:
+    request = pb.AllocateRequest(container_requests=[pb.ContainerAllocateRequest(devices_ids=ids)])
+    return stub.Allocate(request, timeout=10).container_responses[0]
+
+
+def time_sliced(replicas: int, resource: str = "nvidia.com/gpu") -> str:
+    """An NVIDIA v1 config that time-slices ``resource`` into ``replicas`` replicas."""
+    return (
+        "version: v1\nsharing:\n  timeSlicing:\n    resources:\n"
+        f"    - name: {resource}\n      replicas: {replicas}\n"
+    )

@@ -1,0 +1,175 @@
+"""The inventory: resource names, device IDs, MIG strategies and sharing as NVIDIA defines them."""
+
+from __future__ import annotations
+
+import pytest
+
+from kubegpu.deviceplugin.config import (
+    AgentConfig,
+    DeviceIdStrategy,
+    MigStrategy,
+    SharedResource,
+    Sharing,
+    SharingKind,
+)
+from kubegpu.deviceplugin.inventory import (
+    ResourceKind,
+    build_inventory,
+    is_extended_resource_name,
+    mig_resource_name,
+)
+from kubegpu.errors import ConfigError
+from kubegpu.model.node import Gpu, GpuUuid, MigInstance, Node
+from kubegpu.sources.spec import load_node
+
+SEED = load_node("builtin:seed-8gpu")
+MIG = load_node("builtin:h100-mig-mixed")
+
+
+def _gpu(index: int, *, mig: tuple[str, ...] | None = None) -> Gpu:
+    instances = tuple(
+        MigInstance(profile=p, start_slot=i, uuid=GpuUuid(f"MIG-{index}-{i}"), gi_index=i)
+        for i, p in enumerate(mig or ())
+    )
+    return Gpu(
+        index=index,
+        uuid=GpuUuid(f"GPU-{index}"),
+        model="A100-SXM4-40GB",
+        memory_mib=40960,
+        numa_node=index // 2,
+        pci_bus_id=f"00000000:{index:02x}:00.0",
+        mig_enabled=mig is not None,
+        mig_instances=instances,
+    )
+
+
+def _node(*gpus: Gpu) -> Node:
+    return Node(name="n", gpus=gpus, topology=None)
+
+
+def _shared(replicas: int = 4, **kw: object) -> AgentConfig:
+    sharing = Sharing(
+        kind=SharingKind.TIME_SLICING,
+        rename_by_default=bool(kw.pop("rename", False)),
+        fail_requests_greater_than_one=False,
+        resources=(
+            SharedResource(name="nvidia.com/gpu", replicas=replicas, devices=kw.pop("devices", None)),
+        ),  # type: ignore[arg-type]
+        per_gpu_replicas=kw.pop("per_gpu", ()),  # type: ignore[arg-type]
+        exclusive=kw.pop("exclusive", ()),  # type: ignore[arg-type]
+    )
+    return AgentConfig(sharing=sharing)
+
+
+def test_full_gpus_are_nvidia_com_gpu_with_uuid_ids_and_numa() -> None:
+    inventory = build_inventory(SEED, AgentConfig())
+    [resource] = inventory.resources
+    assert resource.name == "nvidia.com/gpu"
+    assert [d.id for d in resource.devices] == [g.uuid for g in SEED.gpus]
+    assert [d.numa_node for d in resource.devices] == [g.numa_node for g in SEED.gpus]
+
+
+def test_mig_strategy_none_advertises_mig_enabled_gpus_whole() -> None:
+    [resource] = build_inventory(MIG, AgentConfig()).resources
+    assert len(resource.devices) == len(MIG.gpus)
+    assert resource.kind is ResourceKind.GPU
+
+
+def test_mig_strategy_mixed_gives_one_resource_per_profile() -> None:
+    inventory = build_inventory(MIG, AgentConfig(mig_strategy=MigStrategy.MIXED))
+    names = {r.name: len(r.devices) for r in inventory.resources}
+    assert names == {
+        "nvidia.com/mig-3g.40gb": 1,
+        "nvidia.com/mig-2g.20gb": 1,
+        "nvidia.com/mig-1g.10gb": 2,
+        "nvidia.com/gpu": 1,
+    }
+    mig = inventory.resource("nvidia.com/mig-1g.10gb")
+    assert mig is not None and mig.kind is ResourceKind.MIG
+    assert [d.visible_id(DeviceIdStrategy.INDEX) for d in mig.devices] == ["0:2", "0:3"]
+    assert mig_resource_name("1g.10gb+me") == "nvidia.com/mig-1g.10gb.me"
+
+
+def test_mig_strategy_single_uses_mig_devices_as_gpus() -> None:
+    node = _node(_gpu(0, mig=("1g.5gb",) * 7), _gpu(1, mig=("1g.5gb",) * 7))
+    [resource] = build_inventory(node, AgentConfig(mig_strategy=MigStrategy.SINGLE)).resources
+    assert resource.name == "nvidia.com/gpu"
+    assert len(resource.devices) == 14
+    assert resource.devices[0].id == "MIG-0-0"
+
+
+@pytest.mark.parametrize(
+    ("node", "message"),
+    [
+        (_node(_gpu(0, mig=("1g.5gb",)), _gpu(1)), "MIG disabled"),
+        (_node(_gpu(0, mig=())), "no MIG instances"),
+        (_node(_gpu(0, mig=("1g.5gb", "2g.10gb"))), "one profile"),
+    ],
+)
+def test_mig_strategy_single_rejects_what_nvidia_rejects(node: Node, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        build_inventory(node, AgentConfig(mig_strategy=MigStrategy.SINGLE))
+
+
+def test_mixed_warns_about_a_mig_gpu_without_instances() -> None:
+    inventory = build_inventory(_node(_gpu(0, mig=()), _gpu(1)), AgentConfig(mig_strategy=MigStrategy.MIXED))
+    assert [r.name for r in inventory.resources] == ["nvidia.com/gpu"]
+    assert any("no MIG instances" in w for w in inventory.warnings)
+
+
+def test_replicas_get_uuid_colon_colon_i_ids_and_keep_their_gpu() -> None:
+    [resource] = build_inventory(SEED, _shared(3)).resources
+    assert resource.name == "nvidia.com/gpu"
+    assert len(resource.devices) == 24
+    first = resource.devices[:3]
+    assert [d.id for d in first] == [f"{SEED.gpus[0].uuid}::{i}" for i in range(3)]
+    assert {d.gpu for d in first} == {0}
+    assert resource.sharing is SharingKind.TIME_SLICING
+
+
+def test_rename_by_default_adds_dot_shared() -> None:
+    [resource] = build_inventory(SEED, _shared(2, rename=True)).resources
+    assert resource.name == "nvidia.com/gpu.shared"
+
+
+def test_per_gpu_replicas_and_exclusive_gpus() -> None:
+    config = _shared(4, rename=True, per_gpu=(("0", 8), (str(SEED.gpus[1].uuid), 2)), exclusive=("6", "7"))
+    inventory = build_inventory(SEED, config)
+    exclusive = inventory.resource("nvidia.com/gpu")
+    shared = inventory.resource("nvidia.com/gpu.shared")
+    assert exclusive is not None and [d.gpu for d in exclusive.devices] == [6, 7]
+    assert shared is not None
+    assert shared.replicas_per_gpu == {0: 8, 1: 2, 2: 4, 3: 4, 4: 4, 5: 4}
+
+
+def test_unknown_gpu_references_name_the_key() -> None:
+    with pytest.raises(ConfigError, match=r"kubegpu.sharing.exclusive\[0\]: no GPU 9"):
+        build_inventory(SEED, _shared(2, rename=True, exclusive=("9",)))
+    with pytest.raises(ConfigError, match="no GPU with UUID GPU-nope"):
+        build_inventory(SEED, _shared(2, per_gpu=(("GPU-nope", 2),)))
+
+
+def test_devices_selection_shares_only_the_listed_gpus() -> None:
+    config = _shared(2, rename=True, devices=("0", "1"))
+    inventory = build_inventory(SEED, config)
+    shared = inventory.resource("nvidia.com/gpu.shared")
+    whole = inventory.resource("nvidia.com/gpu")
+    assert shared is not None and set(shared.replicas_per_gpu) == {0, 1}
+    assert whole is not None and len(whole.devices) == 6
+
+
+@pytest.mark.parametrize(
+    ("name", "ok"),
+    [
+        ("nvidia.com/gpu", True),
+        ("nvidia.com/mig-1g.10gb", True),
+        ("nvidia.com/gpu.shared", True),
+        ("gpu", False),
+        ("Example.com/gpu", False),
+        ("foo.kubernetes.io/gpu", False),
+        ("requests.nvidia.com/gpu", False),
+        ("nvidia.com/" + "x" * 64, False),
+    ],
+)
+def test_extended_resource_name_rule(name: str, ok: bool) -> None:
+    assert is_extended_resource_name(name) is ok

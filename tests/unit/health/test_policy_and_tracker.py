@@ -1,0 +1,90 @@
+"""Health: NVIDIA's XID defaults, ECC policy, one entry per physical GPU, recovery without restart."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from kubegpu.health.events import EventKind, HealthEvent
+from kubegpu.health.policy import EccAction, HealthPolicy, VerdictKind
+from kubegpu.health.tracker import HealthTracker, UnknownGpuError
+from kubegpu.health.xid import XidPolicy
+
+
+def tracker(policy: HealthPolicy | None = None) -> HealthTracker:
+    return HealthTracker(gpu_count=4, aliases={"GPU-a": 0, "MIG-b": 1}, policy=policy or HealthPolicy())
+
+
+@pytest.mark.parametrize("xid", [13, 31, 43, 45, 68, 109])
+def test_application_xids_are_ignored_by_default(xid: int) -> None:
+    verdict = HealthPolicy().judge(HealthEvent(gpu=0, kind=EventKind.XID, xid=xid))
+    assert verdict.kind is VerdictKind.IGNORE
+
+
+def test_fatal_xid_reason_says_what_happened() -> None:
+    verdict = HealthPolicy().judge(HealthEvent(gpu=0, kind=EventKind.XID, xid=79))
+    assert verdict.kind is VerdictKind.UNHEALTHY
+    assert "XID 79" in verdict.reason and "fallen off the bus" in verdict.reason
+
+
+def test_ecc_policy_defaults_and_overrides() -> None:
+    dbe = HealthEvent(gpu=0, kind=EventKind.ECC_DOUBLE_BIT)
+    sbe = HealthEvent(gpu=0, kind=EventKind.ECC_SINGLE_BIT)
+    assert HealthPolicy().judge(dbe).kind is VerdictKind.UNHEALTHY
+    assert HealthPolicy().judge(sbe).kind is VerdictKind.IGNORE
+    relaxed = HealthPolicy(ecc_double_bit=EccAction.IGNORE, ecc_single_bit=EccAction.FATAL)
+    assert relaxed.judge(dbe).kind is VerdictKind.IGNORE
+    assert relaxed.judge(sbe).kind is VerdictKind.UNHEALTHY
+
+
+def test_disabled_xid_checks_still_honour_lost_gpus() -> None:
+    policy = HealthPolicy(xid=XidPolicy(disabled=True))
+    assert policy.judge(HealthEvent(gpu=0, kind=EventKind.XID, xid=79)).kind is VerdictKind.IGNORE
+    assert policy.judge(HealthEvent(gpu=0, kind=EventKind.LOST)).kind is VerdictKind.UNHEALTHY
+
+
+def test_transitions_happen_once_and_recovery_needs_no_restart() -> None:
+    t = tracker()
+    before = t.version
+    first = t.apply(HealthEvent(gpu="gpu-A", kind=EventKind.XID, xid=48))  # UUIDs match case-insensitively
+    assert first is not None and first.gpu == 0 and not first.healthy
+    assert t.apply(HealthEvent(gpu=0, kind=EventKind.XID, xid=79)) is None  # already unhealthy
+    assert t.apply(HealthEvent(gpu=1, kind=EventKind.XID, xid=13)) is None  # ignored
+    assert t.version == before + 1
+    assert not t.is_healthy(0) and "XID 48" in t.status(0).reason
+    back = t.apply(HealthEvent(gpu=0, kind=EventKind.HEALTHY))
+    assert back is not None and back.healthy and t.is_healthy(0)
+
+
+def test_a_mig_uuid_resolves_to_its_parent_gpu() -> None:
+    t = tracker()
+    t.apply(HealthEvent(gpu="MIG-b", kind=EventKind.LOST))
+    assert not t.is_healthy(1)
+
+
+def test_unknown_gpus_are_reported_not_guessed() -> None:
+    t = tracker()
+    with pytest.raises(UnknownGpuError, match="no GPU 9"):
+        t.apply(HealthEvent(gpu=9, kind=EventKind.LOST))
+    with pytest.raises(UnknownGpuError, match="GPU-zzz"):
+        t.apply(HealthEvent(gpu="GPU-zzz", kind=EventKind.LOST))
+
+
+def test_waiters_wake_immediately_on_a_change() -> None:
+    t = tracker()
+    seen = t.version
+    woke: list[float] = []
+
+    def wait() -> None:
+        start = time.monotonic()
+        t.wait_for_change(seen, 5.0)
+        woke.append(time.monotonic() - start)
+
+    thread = threading.Thread(target=wait)
+    thread.start()
+    time.sleep(0.05)
+    t.apply(HealthEvent(gpu=2, kind=EventKind.LOST))
+    thread.join(5)
+    assert woke and woke[0] < 1.0
