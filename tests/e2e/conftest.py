@@ -308,7 +308,8 @@ class AgentProcess:
 
 
 def kubegpu_argv(*args: str) -> list[str]:
-    return [sys.executable, "-m", "kubegpu", *args]
+    """`python -m kubegpu ARGS`; KUBEGPU_E2E_PYTHON picks another interpreter (e.g. another checkout's venv)."""
+    return [os.environ.get("KUBEGPU_E2E_PYTHON", sys.executable), "-m", "kubegpu", *args]
 
 
 @pytest.fixture

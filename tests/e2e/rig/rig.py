@@ -530,6 +530,7 @@ class Rig:
                 f"--service-cluster-ip-range={SERVICE_RANGE}",
                 "--authorization-mode=Node,RBAC",
                 "--enable-admission-plugins=NodeRestriction",
+                "--kubelet-preferred-address-types=InternalIP,Hostname",
                 "--allow-privileged=true",
                 "--profiling=false",
                 "--v=1",
