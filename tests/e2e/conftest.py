@@ -308,7 +308,7 @@ class AgentProcess:
 
 
 def kubegpu_argv(*args: str) -> list[str]:
-    """`python -m kubegpu ARGS`; KUBEGPU_E2E_PYTHON picks another interpreter (e.g. another checkout's venv)."""
+    """`python -m kubegpu ARGS`; KUBEGPU_E2E_PYTHON picks another interpreter (another checkout's venv)."""
     return [os.environ.get("KUBEGPU_E2E_PYTHON", sys.executable), "-m", "kubegpu", *args]
 
 
