@@ -328,6 +328,14 @@ def start_agent(rig: Rig, tmp_path: Path) -> Iterator[Callable[..., AgentProcess
                 f"`kubegpu agent` is not available (exit {probe.returncode}): {probe.stderr.strip()[-500:]}",
                 pytrace=False,
             )
+        # The node status of an earlier agent lingers up to one status period (10 s) after it stopped:
+        # wait until kubelet reports no allocatable nvidia.com/* devices so the next wait_resource is real.
+        wait_until(
+            "kubelet to report no allocatable nvidia.com/* devices before starting the agent",
+            lambda: Cluster(rig=rig).node_resources()[1],
+            45,
+            accept=lambda alloc: all(v == "0" for k, v in alloc.items() if k.startswith("nvidia.com/")),
+        )
         argv = kubegpu_argv("agent", "--node-spec", node_spec, "--device-plugin-dir", str(DEVICE_PLUGIN_DIR))
         if config is not None:
             argv += ["--config", str(config)]
