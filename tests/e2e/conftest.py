@@ -9,6 +9,7 @@ fails under CI=true. Failing tests get the rig components' and the agent's last 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -58,11 +59,11 @@ def cannot_run(reason: str) -> None:
 
 
 def _say(config: pytest.Config, line: str) -> None:
-    reporter = config.pluginmanager.get_plugin("terminalreporter")
-    if reporter is not None:
-        reporter.write_line(line)
-    else:
-        print(line, file=sys.stderr)
+    """Print past pytest's output capture, so build/start times show in every run's output."""
+    capman = config.pluginmanager.getplugin("capturemanager")
+    ctx = capman.global_and_fixture_disabled() if capman is not None else contextlib.nullcontext()
+    with ctx:
+        print(line, file=sys.stderr, flush=True)
 
 
 @pytest.fixture(scope="session")
@@ -97,7 +98,9 @@ def rig(request: pytest.FixtureRequest) -> Iterator[Rig]:
     yield r
     _current_logs.remove(r.log_tails)
     if started_here and os.environ.get("KUBEGPU_RIG_KEEP") != "1":
+        t0 = time.monotonic()
         r.down()
+        _say(request.config, f"[e2e] rig down: {time.monotonic() - t0:.1f} s")
 
 
 @pytest.hookimpl(hookwrapper=True)
