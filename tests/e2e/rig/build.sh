@@ -14,8 +14,9 @@ K8S_VERSION="${KUBEGPU_RIG_K8S_VERSION:-v1.34.4}"
 ETCD_VERSION="${KUBEGPU_RIG_ETCD_VERSION:-v3.6.16}"
 CACHE="${KUBEGPU_RIG_CACHE:-$HOME/.cache/kubegpu-rig}"
 GO="${GO:-$(command -v go || echo /usr/local/go/bin/go)}"
-# Low priority and one package at a time by default: the build machine is shared.
-export GOFLAGS="${GOFLAGS:--p=1} -buildvcs=false"
+# Low priority and one package at a time by default (the build machine is shared); set
+# KUBEGPU_RIG_GOFLAGS=-p=2 (or empty) on a dedicated CI runner for a faster cold build.
+export GOFLAGS="${GOFLAGS:-} ${KUBEGPU_RIG_GOFLAGS--p=1} -buildvcs=false"
 export CGO_ENABLED=0
 export GOTOOLCHAIN="${GOTOOLCHAIN:-local}"
 NICE="${KUBEGPU_RIG_NICE:-15}"
