@@ -78,9 +78,13 @@ def _run(argv: Sequence[str | Path], *, check: bool = True, **kw: Any) -> subpro
 def _wait(what: str, probe: Callable[[], bool], timeout_s: float, on_timeout: Callable[[], str]) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        with contextlib.suppress(Exception):
+        try:
             if probe():
                 return
+        except RigError:
+            raise  # a component died: say so now, not at the timeout
+        except Exception:  # not answering yet (connection refused, 404, ...) is expected
+            pass
         time.sleep(0.5)
     raise RigError(f"timed out after {timeout_s:.0f} s waiting for {what}\n{on_timeout()}")
 
@@ -351,6 +355,8 @@ class Rig:
 
     paths: Paths = dataclasses.field(default_factory=Paths.from_env)
     timings: dict[str, float] = dataclasses.field(default_factory=dict)
+    # Popen handles of processes started by this Python process, so they are reaped when stopped.
+    _children: dict[str, subprocess.Popen[bytes]] = dataclasses.field(default_factory=dict, repr=False)
 
     # --- process bookkeeping -------------------------------------------------------------------
 
@@ -392,14 +398,12 @@ class Rig:
                 break
             time.sleep(0.01)
         self._pid_file(name).write_text(f"{proc.pid} {start}\n")
-        self._children = getattr(self, "_children", {})
         self._children[name] = proc
         return proc.pid
 
-    def _alive_or_raise(self, name: str) -> bool:
+    def _check_alive(self, name: str) -> None:
         if self.pid(name) is None:
             raise RigError(f"{name} exited during start-up\n{self.log_tail(name)}")
-        return False
 
     def stop(self, name: str, timeout_s: float = 20.0) -> None:
         """SIGTERM the component we started (checked by PID and start time), SIGKILL after timeout_s."""
@@ -423,7 +427,7 @@ class Rig:
         self._pid_file(name).unlink(missing_ok=True)
 
     def _reap(self, name: str) -> None:
-        child = getattr(self, "_children", {}).get(name)
+        child = self._children.get(name)
         if child is not None:
             child.poll()
 
@@ -502,7 +506,7 @@ class Rig:
         )
 
         def healthy() -> bool:
-            self._alive_or_raise("etcd")
+            self._check_alive("etcd")
             with urllib.request.urlopen(f"http://127.0.0.1:{ETCD_CLIENT_PORT}/health", timeout=2) as r:
                 return bool(json.loads(r.read()).get("health") == "true")
 
@@ -538,7 +542,7 @@ class Rig:
         )
 
         def ready() -> bool:
-            self._alive_or_raise("kube-apiserver")
+            self._check_alive("kube-apiserver")
             return bool(self.api("/readyz", timeout_s=3) == "ok")
 
         _wait("kube-apiserver /readyz", ready, 120, lambda: self.log_tail("kube-apiserver"))
@@ -678,7 +682,7 @@ state = "{d / "state"}"
         self._spawn("containerd", ["containerd", f"--config={d / 'config.toml'}", "--log-level=info"])
 
         def cri_ok() -> bool:
-            self._alive_or_raise("containerd")
+            self._check_alive("containerd")
             out = self.ctr("plugins", "ls").stdout
             return any(
                 line.split()[:2] == ["io.containerd.grpc.v1", "cri"] and line.split()[-1] == "ok"
@@ -745,7 +749,7 @@ state = "{d / "state"}"
         self._spawn("kubelet", self.kubelet_argv())
 
         def healthy() -> bool:
-            self._alive_or_raise("kubelet")
+            self._check_alive("kubelet")
             with urllib.request.urlopen("http://127.0.0.1:10248/healthz", timeout=2) as r:
                 return bool(r.read() == b"ok")
 
@@ -769,7 +773,7 @@ state = "{d / "state"}"
 
     def wait_node_ready(self, timeout_s: float = 180) -> None:
         def ready() -> bool:
-            self._alive_or_raise("kubelet")
+            self._check_alive("kubelet")
             return self.node_ready()
 
         def why() -> str:
@@ -799,6 +803,10 @@ state = "{d / "state"}"
 
     # --- up / down -----------------------------------------------------------------------------
 
+    def _make_pki(self, ip: str) -> None:
+        make_pki(self.paths, ip)
+        write_kubeconfig(self.paths.kubeconfig, self.paths, "admin")
+
     def up(self) -> None:
         t_all = time.monotonic()
         if any(self.pid(n) for n in COMPONENTS):
@@ -810,7 +818,7 @@ state = "{d / "state"}"
         self.paths.state.mkdir(parents=True, exist_ok=True)
         ip = node_ip()
         steps: list[tuple[str, Callable[[], None]]] = [
-            ("pki", lambda: make_pki(self.paths, ip)),
+            ("pki", lambda: self._make_pki(ip)),
             ("etcd", self._start_etcd),
             ("kube-apiserver", lambda: self._start_apiserver(ip)),
             ("controllers", self._start_controllers),
@@ -823,8 +831,6 @@ state = "{d / "state"}"
         try:
             for name, step in steps:
                 t0 = time.monotonic()
-                if name == "etcd":
-                    write_kubeconfig(self.paths.kubeconfig, self.paths, "admin")
                 step()
                 self.timings[name] = time.monotonic() - t0
                 log(f"{name}: {self.timings[name]:.1f} s")
