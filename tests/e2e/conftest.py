@@ -31,6 +31,7 @@ from tests.e2e.rig.rig import DEVICE_PLUGIN_DIR, NODE_NAME, Rig, RigError, build
 E2E_DIR = Path(__file__).resolve().parent
 IN_CI = os.environ.get("CI", "").lower() == "true"
 _current_logs: list[Callable[[], str]] = []
+_build: dict[str, Any] = {}  # outcome of the binary build done before the first test (seconds or error)
 
 
 def _selected(config: pytest.Config) -> bool:
@@ -48,6 +49,28 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if dropped:
         config.hook.pytest_deselected(items=dropped)
         items[:] = [i for i in items if not i.get_closest_marker("e2e")]
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Build (or find cached) binaries before any test starts: a cold build takes about 10 minutes,
+    far beyond the per-test timeout that would otherwise cover the session fixture's set-up."""
+    if not any(i.get_closest_marker("e2e") for i in session.items) or os.geteuid() != 0:
+        return
+    paths = Rig().paths
+    if not all(paths.bin(n).exists() for n in ("etcd", "kube-apiserver", "kubelet", "kubectl")):
+        if not (shutil.which("go") or Path("/usr/local/go/bin/go").exists()):
+            return  # the rig fixture reports it
+        _say(
+            session.config,
+            f"[e2e] building Kubernetes {paths.k8s_version} and etcd {paths.etcd_version} "
+            f"into {paths.cache} (cold: about 10 minutes)",
+        )
+    capman = session.config.pluginmanager.getplugin("capturemanager")
+    with capman.global_and_fixture_disabled() if capman is not None else contextlib.nullcontext():
+        try:
+            _build["seconds"] = build(paths)  # build.sh's progress goes straight to the terminal
+        except RigError as exc:
+            _build["error"] = str(exc)
 
 
 def cannot_run(reason: str) -> None:
@@ -83,7 +106,9 @@ def rig(request: pytest.FixtureRequest) -> Iterator[Rig]:
         else:
             if r.is_up() or r.paths.state.exists():
                 r.down()
-            build_s = build(r.paths)
+            if "error" in _build:
+                raise RigError(_build["error"])
+            build_s = _build["seconds"] if "seconds" in _build else build(r.paths)
             _say(
                 request.config,
                 f"[e2e] rig build (Kubernetes {r.paths.k8s_version}, etcd "
@@ -94,6 +119,8 @@ def rig(request: pytest.FixtureRequest) -> Iterator[Rig]:
             steps = ", ".join(f"{k} {v:.1f}" for k, v in r.timings.items())
             _say(request.config, f"[e2e] rig start: {r.timings['up']:.1f} s ({steps})")
     except RigError as exc:
+        with contextlib.suppress(RigError):
+            r.down()
         pytest.fail(f"the rig could not be started: {exc}", pytrace=False)
     yield r
     _current_logs.remove(r.log_tails)
