@@ -43,3 +43,18 @@ proto: $(STAMP)
 
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache
+
+## End-to-end: a real single-node Kubernetes (tests/e2e/rig, docs/testing.md). Needs root.
+.PHONY: rig-build rig-up rig-down
+rig-build:
+	$(PY) -m tests.e2e.rig build
+
+rig-up:
+	$(PY) -m tests.e2e.rig up
+
+rig-down:
+	$(PY) -m tests.e2e.rig down
+
+## The e2e suite (starts the rig if `make rig-up` has not; KUBEGPU_RIG_KEEP=1 leaves it running).
+e2e: $(STAMP)
+	$(BIN)/python -m pytest -q -m e2e tests/e2e

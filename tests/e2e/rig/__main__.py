@@ -1,0 +1,7 @@
+"""`python -m tests.e2e.rig {build,up,down,status,logs,restart-kubelet}` from the repository root."""
+
+import sys
+
+from .rig import main
+
+sys.exit(main())

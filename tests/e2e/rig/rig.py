@@ -1,0 +1,968 @@
+"""Bring a real single-node Kubernetes up and down on this host, as root, without Docker.
+
+Why: kubegpu's end-to-end tests must talk to a real kubelet, scheduler and API server. This module starts
+etcd, kube-apiserver, kube-controller-manager, kube-scheduler, containerd and the kubelet as host
+processes, each with its own state directory, log file and PID file under the rig's state directory
+(`KUBEGPU_RIG_STATE`, default /var/lib/kubegpu-rig), and stops exactly those processes again.
+
+The kubelet's root directory is /var/lib/kubelet because kubelet v1.34 hard-codes its device-plugin
+socket directory to /var/lib/kubelet/device-plugins/ (pkg/kubelet/cm/devicemanager NewManagerImpl);
+`up` refuses to start if that directory exists without the rig's marker file, and `down` only removes it
+when the marker is there.
+
+Facts and flags: /work/shared/reference/k8s-rig.md; usage: docs/testing.md.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import os
+import shutil
+import signal
+import ssl
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from . import images
+
+HERE = Path(__file__).resolve().parent
+KUBELET_ROOT = Path("/var/lib/kubelet")
+DEVICE_PLUGIN_DIR = KUBELET_ROOT / "device-plugins"
+MARKER = ".kubegpu-rig"
+NODE_NAME = "kubegpu-rig"
+BRIDGE = "kubegpu0"
+POD_SUBNET = "10.88.0.0/16"
+SERVICE_RANGE = "10.0.0.0/24"
+FIRST_SERVICE_IP = "10.0.0.1"
+APISERVER_PORT = 6443
+ETCD_CLIENT_PORT = 2379
+ETCD_PEER_PORT = 2380
+# Start order; `down` stops in reverse.
+COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "containerd", "kubelet")
+REQUIRED_PACKAGES = {
+    # command or file that proves the package is there -> Debian package
+    "/usr/bin/containerd": "containerd",
+    "/usr/sbin/runc": "runc",
+    "/usr/lib/cni/bridge": "containernetworking-plugins",
+    "/bin/busybox": "busybox-static",
+    "/usr/bin/openssl": "openssl",
+    "/usr/sbin/iptables": "iptables",
+}
+
+
+class RigError(RuntimeError):
+    """The rig cannot be built, started or used; the message says which step and why."""
+
+
+def log(msg: str) -> None:
+    print(f"[rig {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+def _run(argv: Sequence[str | Path], *, check: bool = True, **kw: Any) -> subprocess.CompletedProcess[str]:
+    proc = subprocess.run([str(a) for a in argv], capture_output=True, text=True, check=False, **kw)
+    if check and proc.returncode != 0:
+        raise RigError(
+            f"command failed ({proc.returncode}): {' '.join(map(str, argv))}\n{proc.stderr.strip()}"
+        )
+    return proc
+
+
+def _wait(what: str, probe: Callable[[], bool], timeout_s: float, on_timeout: Callable[[], str]) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            if probe():
+                return
+        except RigError:
+            raise  # a component died: say so now, not at the timeout
+        except Exception:  # not answering yet (connection refused, 404, ...) is expected
+            pass
+        time.sleep(0.5)
+    raise RigError(f"timed out after {timeout_s:.0f} s waiting for {what}\n{on_timeout()}")
+
+
+def _proc_start_time(pid: int) -> str | None:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    # Field 22 (starttime) counted after the ')' that closes the command name.
+    return stat.rsplit(")", 1)[1].split()[19]
+
+
+def has_cap_sys_resource() -> bool:
+    """Whether this process may lower oom_score_adj (CAP_SYS_RESOURCE, bit 24 of CapEff)."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("CapEff:"):
+            return bool(int(line.split()[1], 16) >> 24 & 1)
+    return False
+
+
+def node_ip() -> str:
+    """The host's non-loopback IPv4 address (kubelet rejects loopback node IPs)."""
+    out = _run(["ip", "-4", "-o", "route", "get", "192.0.2.250"], check=False).stdout.split()
+    if "src" in out:
+        return out[out.index("src") + 1]
+    for line in _run(["ip", "-4", "-o", "addr", "show", "scope", "global"]).stdout.splitlines():
+        return line.split()[3].split("/")[0]
+    raise RigError("no non-loopback IPv4 address on this host; the kubelet needs one for --node-ip")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Paths:
+    """Where the rig keeps binaries (cache) and everything it creates (state)."""
+
+    state: Path
+    cache: Path
+    k8s_version: str
+    etcd_version: str
+
+    @classmethod
+    def from_env(cls) -> Paths:
+        cache = Path(os.environ.get("KUBEGPU_RIG_CACHE", Path.home() / ".cache" / "kubegpu-rig"))
+        return cls(
+            state=Path(os.environ.get("KUBEGPU_RIG_STATE", "/var/lib/kubegpu-rig")),
+            cache=cache,
+            k8s_version=os.environ.get("KUBEGPU_RIG_K8S_VERSION", "v1.34.4"),
+            etcd_version=os.environ.get("KUBEGPU_RIG_ETCD_VERSION", "v3.6.16"),
+        )
+
+    def bin(self, name: str) -> Path:
+        if name == "etcd":
+            return self.cache / "bin" / f"etcd-{self.etcd_version}" / "etcd"
+        return self.cache / "bin" / f"k8s-{self.k8s_version}" / name
+
+    @property
+    def pki(self) -> Path:
+        return self.state / "pki"
+
+    @property
+    def logs(self) -> Path:
+        return self.state / "logs"
+
+    @property
+    def pids(self) -> Path:
+        return self.state / "pids"
+
+    @property
+    def kubeconfig(self) -> Path:
+        return self.state / "kubeconfig"
+
+    @property
+    def containerd_sock(self) -> Path:
+        return self.state / "containerd" / "containerd.sock"
+
+    def component_dir(self, name: str) -> Path:
+        return self.state / name
+
+    def log_file(self, name: str) -> Path:
+        return self.logs / f"{name}.log"
+
+
+# ----------------------------------------------------------------------------------------------- build
+
+
+def build(paths: Paths) -> float:
+    """Build (or find cached) binaries; returns seconds spent."""
+    t0 = time.monotonic()
+    env = dict(os.environ)
+    env.setdefault("KUBEGPU_RIG_CACHE", str(paths.cache))
+    env["KUBEGPU_RIG_K8S_VERSION"] = paths.k8s_version
+    env["KUBEGPU_RIG_ETCD_VERSION"] = paths.etcd_version
+    if not shutil.which("go", path=env.get("PATH")) and Path("/usr/local/go/bin/go").exists():
+        env["PATH"] = "/usr/local/go/bin:" + env.get("PATH", "")
+    proc = subprocess.run([str(HERE / "build.sh"), "all"], env=env, check=False)
+    if proc.returncode != 0:
+        raise RigError(
+            f"building Kubernetes/etcd failed (exit {proc.returncode}); see the build output above"
+        )
+    return time.monotonic() - t0
+
+
+# ----------------------------------------------------------------------------------------------- setup
+
+
+def ensure_host(paths: Paths) -> None:
+    """Root, Debian packages, kernel settings; installs missing packages with apt-get."""
+    if os.geteuid() != 0:
+        raise RigError("the rig needs root (containerd, runc, kubelet, mounts, cgroups)")
+    missing = sorted({pkg for probe, pkg in REQUIRED_PACKAGES.items() if not Path(probe).exists()})
+    apparmor = Path("/sys/module/apparmor/parameters/enabled")
+    if apparmor.exists() and apparmor.read_text().strip() == "Y" and not shutil.which("apparmor_parser"):
+        missing.append("apparmor")
+    if missing:
+        log(f"installing Debian packages: {' '.join(missing)}")
+        env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+        _run(["apt-get", "update", "-q"], env=env)
+        _run(["apt-get", "install", "-y", "-q", *missing], env=env)
+    for name in ("etcd", *COMPONENTS[1:4], "kubelet", "kubectl"):
+        if not paths.bin(name).exists():
+            raise RigError(f"missing binary {paths.bin(name)}; run `make rig-build` (tests/e2e/rig/build.sh)")
+    cg = _run(["stat", "-f", "-c", "%T", "/sys/fs/cgroup"]).stdout.strip()
+    if cg not in ("tmpfs", "cgroup2fs"):
+        raise RigError(f"/sys/fs/cgroup is {cg!r}; expected cgroup v1 (tmpfs) or v2 (cgroup2fs)")
+    if cg == "tmpfs":
+        for ctl in ("cpu", "cpuacct", "cpuset", "memory", "pids"):
+            if not Path("/sys/fs/cgroup", ctl).is_dir():
+                raise RigError(f"cgroup v1 controller {ctl} is not mounted under /sys/fs/cgroup")
+    for key, value in (("net/ipv4/ip_forward", "1"), ("net/bridge/bridge-nf-call-iptables", "1")):
+        f = Path("/proc/sys", key)
+        if f.exists():
+            f.write_text(value)
+
+
+def _openssl(*args: str | Path) -> None:
+    _run(["openssl", *args])
+
+
+def make_pki(paths: Paths, ip: str) -> None:
+    """A fresh CA, serving and client certificates, and the service-account key (RSA 2048, SHA-256)."""
+    d = paths.pki
+    d.mkdir(parents=True, exist_ok=True)
+    _openssl(
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-sha256",
+        "-days",
+        "30",
+        "-subj",
+        "/CN=kubegpu-rig-ca",
+        "-keyout",
+        d / "ca.key",
+        "-out",
+        d / "ca.crt",
+    )
+    _openssl("genrsa", "-out", d / "sa.key", "2048")
+    _openssl("rsa", "-in", d / "sa.key", "-pubout", "-out", d / "sa.pub")
+    sans = ",".join(
+        [
+            "DNS:localhost",
+            "DNS:kubernetes",
+            "DNS:kubernetes.default",
+            "DNS:kubernetes.default.svc",
+            "DNS:kubernetes.default.svc.cluster.local",
+            f"DNS:{NODE_NAME}",
+            "IP:127.0.0.1",
+            f"IP:{ip}",
+            f"IP:{FIRST_SERVICE_IP}",
+        ]
+    )
+    certs = {
+        "apiserver": ("/CN=kube-apiserver", "serverAuth", sans),
+        "admin": ("/O=system:masters/CN=kubegpu-rig-admin", "clientAuth", None),
+        "apiserver-kubelet-client": (
+            "/O=system:masters/CN=kube-apiserver-kubelet-client",
+            "clientAuth",
+            None,
+        ),
+        "kube-controller-manager": ("/CN=system:kube-controller-manager", "clientAuth", None),
+        "kube-scheduler": ("/CN=system:kube-scheduler", "clientAuth", None),
+        "kubelet": (f"/O=system:nodes/CN=system:node:{NODE_NAME}", "clientAuth", None),
+    }
+    for name, (subj, eku, san) in certs.items():
+        ext = d / f"{name}.ext"
+        lines = [
+            "basicConstraints=CA:FALSE",
+            "keyUsage=critical,digitalSignature,keyEncipherment",
+            f"extendedKeyUsage={eku}",
+        ]
+        if san:
+            lines.append(f"subjectAltName={san}")
+        ext.write_text("\n".join(lines) + "\n")
+        _openssl(
+            "req",
+            "-new",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-sha256",
+            "-subj",
+            subj,
+            "-keyout",
+            d / f"{name}.key",
+            "-out",
+            d / f"{name}.csr",
+        )
+        _openssl(
+            "x509",
+            "-req",
+            "-sha256",
+            "-days",
+            "30",
+            "-in",
+            d / f"{name}.csr",
+            "-CA",
+            d / "ca.crt",
+            "-CAkey",
+            d / "ca.key",
+            "-CAcreateserial",
+            "-extfile",
+            ext,
+            "-out",
+            d / f"{name}.crt",
+        )
+    for f in d.glob("*.key"):
+        f.chmod(0o600)
+
+
+def write_kubeconfig(path: Path, paths: Paths, user: str) -> None:
+    """kubectl accepts JSON as YAML; certificates are referenced by path."""
+    cfg = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [
+            {
+                "name": "rig",
+                "cluster": {
+                    "server": f"https://127.0.0.1:{APISERVER_PORT}",
+                    "certificate-authority": str(paths.pki / "ca.crt"),
+                },
+            }
+        ],
+        "users": [
+            {
+                "name": user,
+                "user": {
+                    "client-certificate": str(paths.pki / f"{user}.crt"),
+                    "client-key": str(paths.pki / f"{user}.key"),
+                },
+            }
+        ],
+        "contexts": [{"name": "rig", "context": {"cluster": "rig", "user": user, "namespace": "default"}}],
+        "current-context": "rig",
+    }
+    path.write_text(json.dumps(cfg, indent=2) + "\n")
+    path.chmod(0o600)
+
+
+# ----------------------------------------------------------------------------------------------- processes
+
+
+@dataclasses.dataclass
+class Rig:
+    """A handle on a (possibly running) rig: start/stop components, talk to the API."""
+
+    paths: Paths = dataclasses.field(default_factory=Paths.from_env)
+    timings: dict[str, float] = dataclasses.field(default_factory=dict)
+    # Popen handles of processes started by this Python process, so they are reaped when stopped.
+    _children: dict[str, subprocess.Popen[bytes]] = dataclasses.field(default_factory=dict, repr=False)
+
+    # --- process bookkeeping -------------------------------------------------------------------
+
+    def _pid_file(self, name: str) -> Path:
+        return self.paths.pids / f"{name}.pid"
+
+    def pid(self, name: str) -> int | None:
+        """PID of a component this rig started and which is still that same process, else None."""
+        try:
+            pid_s, start = self._pid_file(name).read_text().split()
+        except (OSError, ValueError):
+            return None
+        pid = int(pid_s)
+        return pid if _proc_start_time(pid) == start else None
+
+    def _spawn(self, name: str, argv: Sequence[str | Path], env: dict[str, str] | None = None) -> int:
+        if self.pid(name):
+            raise RigError(f"{name} is already running (pid {self.pid(name)}); run `down` first")
+        self.paths.logs.mkdir(parents=True, exist_ok=True)
+        self.paths.pids.mkdir(parents=True, exist_ok=True)
+        with self.paths.log_file(name).open("ab") as logf:
+            logf.write(
+                f"\n==== {time.strftime('%Y-%m-%dT%H:%M:%S')} start: {' '.join(map(str, argv))}\n".encode()
+            )
+            logf.flush()
+            proc = subprocess.Popen(
+                [str(a) for a in argv],
+                stdin=subprocess.DEVNULL,
+                stdout=logf,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                env=env,
+                cwd=self.paths.state,
+            )
+        start = None
+        for _ in range(50):
+            start = _proc_start_time(proc.pid)
+            if start:
+                break
+            time.sleep(0.01)
+        self._pid_file(name).write_text(f"{proc.pid} {start}\n")
+        self._children[name] = proc
+        return proc.pid
+
+    def _check_alive(self, name: str) -> None:
+        if self.pid(name) is None:
+            raise RigError(f"{name} exited during start-up\n{self.log_tail(name)}")
+
+    def stop(self, name: str, timeout_s: float = 20.0) -> None:
+        """SIGTERM the component we started (checked by PID and start time), SIGKILL after timeout_s."""
+        pid = self.pid(name)
+        if pid is None:
+            self._pid_file(name).unlink(missing_ok=True)
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline and self.pid(name) == pid:
+            self._reap(name)
+            time.sleep(0.1)
+        if self.pid(name) == pid:
+            log(f"{name} (pid {pid}) ignored SIGTERM for {timeout_s:.0f} s; sending SIGKILL")
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+            while self.pid(name) == pid:
+                self._reap(name)
+                time.sleep(0.05)
+        self._pid_file(name).unlink(missing_ok=True)
+
+    def _reap(self, name: str) -> None:
+        child = self._children.get(name)
+        if child is not None:
+            child.poll()
+
+    def log_tail(self, name: str, lines: int = 40) -> str:
+        try:
+            text = self.paths.log_file(name).read_text(errors="replace").splitlines()
+        except OSError:
+            return f"---- {name}: no log"
+        return f"---- last {min(lines, len(text))} lines of {self.paths.log_file(name)}\n" + "\n".join(
+            text[-lines:]
+        )
+
+    def log_tails(self, lines: int = 30) -> str:
+        return "\n".join(self.log_tail(n, lines) for n in COMPONENTS)
+
+    # --- API access ------------------------------------------------------------------------------
+
+    def _ssl(self) -> ssl.SSLContext:
+        ctx = ssl.create_default_context(cafile=str(self.paths.pki / "ca.crt"))
+        ctx.load_cert_chain(str(self.paths.pki / "admin.crt"), str(self.paths.pki / "admin.key"))
+        return ctx
+
+    def api(self, path: str, *, timeout_s: float = 10.0) -> Any:
+        """GET an API path as the rig's admin; JSON decoded (text for non-JSON answers)."""
+        url = f"https://127.0.0.1:{APISERVER_PORT}{path}"
+        with urllib.request.urlopen(url, context=self._ssl(), timeout=timeout_s) as resp:
+            body = resp.read().decode()
+        try:
+            return json.loads(body)
+        except json.JSONDecodeError:
+            return body
+
+    def kubectl(
+        self, *args: str, input_text: str | None = None, check: bool = True, timeout_s: float = 60.0
+    ) -> subprocess.CompletedProcess[str]:
+        argv = [str(self.paths.bin("kubectl")), f"--kubeconfig={self.paths.kubeconfig}", *args]
+        proc = subprocess.run(
+            argv, input=input_text, capture_output=True, text=True, timeout=timeout_s, check=False
+        )
+        if check and proc.returncode != 0:
+            raise RigError(f"kubectl {' '.join(args)} failed ({proc.returncode}): {proc.stderr.strip()}")
+        return proc
+
+    def node(self) -> dict[str, Any]:
+        node: dict[str, Any] = self.api(f"/api/v1/nodes/{NODE_NAME}")
+        return node
+
+    def node_ready(self) -> bool:
+        conds = self.node().get("status", {}).get("conditions", [])
+        ready = any(c["type"] == "Ready" and c["status"] == "True" for c in conds)
+        taints = self.node().get("spec", {}).get("taints", [])
+        return ready and not any(t["key"] == "node.kubernetes.io/not-ready" for t in taints)
+
+    def is_up(self) -> bool:
+        return all(self.pid(n) for n in COMPONENTS)
+
+    # --- components ----------------------------------------------------------------------------
+
+    def _start_etcd(self) -> None:
+        d = self.paths.component_dir("etcd")
+        d.mkdir(parents=True, exist_ok=True)
+        self._spawn(
+            "etcd",
+            [
+                self.paths.bin("etcd"),
+                "--name=rig",
+                f"--data-dir={d / 'data'}",
+                f"--listen-client-urls=http://127.0.0.1:{ETCD_CLIENT_PORT}",
+                f"--advertise-client-urls=http://127.0.0.1:{ETCD_CLIENT_PORT}",
+                f"--listen-peer-urls=http://127.0.0.1:{ETCD_PEER_PORT}",
+                f"--initial-advertise-peer-urls=http://127.0.0.1:{ETCD_PEER_PORT}",
+                f"--initial-cluster=rig=http://127.0.0.1:{ETCD_PEER_PORT}",
+                "--log-level=warn",
+                "--unsafe-no-fsync",
+            ],
+        )
+
+        def healthy() -> bool:
+            self._check_alive("etcd")
+            with urllib.request.urlopen(f"http://127.0.0.1:{ETCD_CLIENT_PORT}/health", timeout=2) as r:
+                return bool(json.loads(r.read()).get("health") == "true")
+
+        _wait("etcd /health", healthy, 60, lambda: self.log_tail("etcd"))
+
+    def _start_apiserver(self, ip: str) -> None:
+        pki = self.paths.pki
+        self.paths.component_dir("kube-apiserver").mkdir(parents=True, exist_ok=True)
+        self._spawn(
+            "kube-apiserver",
+            [
+                self.paths.bin("kube-apiserver"),
+                f"--etcd-servers=http://127.0.0.1:{ETCD_CLIENT_PORT}",
+                f"--secure-port={APISERVER_PORT}",
+                "--bind-address=0.0.0.0",
+                f"--advertise-address={ip}",
+                f"--tls-cert-file={pki / 'apiserver.crt'}",
+                f"--tls-private-key-file={pki / 'apiserver.key'}",
+                f"--client-ca-file={pki / 'ca.crt'}",
+                f"--kubelet-client-certificate={pki / 'apiserver-kubelet-client.crt'}",
+                f"--kubelet-client-key={pki / 'apiserver-kubelet-client.key'}",
+                "--service-account-issuer=https://kubernetes.default.svc",
+                f"--service-account-key-file={pki / 'sa.pub'}",
+                f"--service-account-signing-key-file={pki / 'sa.key'}",
+                f"--service-cluster-ip-range={SERVICE_RANGE}",
+                "--authorization-mode=Node,RBAC",
+                "--enable-admission-plugins=NodeRestriction",
+                "--kubelet-preferred-address-types=InternalIP,Hostname",
+                "--allow-privileged=true",
+                "--profiling=false",
+                "--v=1",
+            ],
+        )
+
+        def ready() -> bool:
+            self._check_alive("kube-apiserver")
+            return bool(self.api("/readyz", timeout_s=3) == "ok")
+
+        _wait("kube-apiserver /readyz", ready, 120, lambda: self.log_tail("kube-apiserver"))
+
+    def _start_controllers(self) -> None:
+        pki = self.paths.pki
+        for name in ("kube-controller-manager", "kube-scheduler"):
+            d = self.paths.component_dir(name)
+            d.mkdir(parents=True, exist_ok=True)
+            write_kubeconfig(d / "kubeconfig", self.paths, name)
+        kcm_kc = self.paths.component_dir("kube-controller-manager") / "kubeconfig"
+        self._spawn(
+            "kube-controller-manager",
+            [
+                self.paths.bin("kube-controller-manager"),
+                f"--kubeconfig={kcm_kc}",
+                f"--authentication-kubeconfig={kcm_kc}",
+                f"--authorization-kubeconfig={kcm_kc}",
+                f"--service-account-private-key-file={pki / 'sa.key'}",
+                f"--root-ca-file={pki / 'ca.crt'}",
+                f"--cluster-signing-cert-file={pki / 'ca.crt'}",
+                f"--cluster-signing-key-file={pki / 'ca.key'}",
+                "--leader-elect=false",
+                "--use-service-account-credentials=true",
+                "--bind-address=127.0.0.1",
+                f"--service-cluster-ip-range={SERVICE_RANGE}",
+                "--v=1",
+            ],
+        )
+        sched_dir = self.paths.component_dir("kube-scheduler")
+        (sched_dir / "config.yaml").write_text(
+            json.dumps(
+                {
+                    "apiVersion": "kubescheduler.config.k8s.io/v1",
+                    "kind": "KubeSchedulerConfiguration",
+                    "clientConnection": {"kubeconfig": str(sched_dir / "kubeconfig")},
+                    "leaderElection": {"leaderElect": False},
+                },
+                indent=2,
+            )
+            + "\n"
+        )
+        self._spawn(
+            "kube-scheduler",
+            [
+                self.paths.bin("kube-scheduler"),
+                f"--config={sched_dir / 'config.yaml'}",
+                f"--authentication-kubeconfig={sched_dir / 'kubeconfig'}",
+                f"--authorization-kubeconfig={sched_dir / 'kubeconfig'}",
+                "--bind-address=127.0.0.1",
+                "--v=1",
+            ],
+        )
+
+    def _containerd_config(self) -> str:
+        d = self.paths.component_dir("containerd")
+        cni = self.paths.state / "cni"
+        apparmor = Path("/sys/module/apparmor/parameters/enabled")
+        no_apparmor = not (apparmor.exists() and apparmor.read_text().strip() == "Y")
+        cri = 'plugins."io.containerd.grpc.v1.cri"'
+        return f"""version = 2
+root = "{d / "root"}"
+state = "{d / "state"}"
+
+[grpc]
+  address = "{self.paths.containerd_sock}"
+
+[ttrpc]
+  address = "{self.paths.containerd_sock}.ttrpc"
+
+[debug]
+  address = ""
+
+[metrics]
+  address = ""
+
+[plugins."io.containerd.internal.v1.opt"]
+  path = "{d / "opt"}"
+
+[{cri}]
+  sandbox_image = "{images.PAUSE_IMAGE}"
+  netns_mounts_under_state_dir = true
+  disable_apparmor = {str(no_apparmor).lower()}
+  enable_selinux = false
+  # Without CAP_SYS_RESOURCE (some VM sandboxes) runc cannot set the pause container's -998
+  # oom_score_adj ("nsexec: failed to update /proc/self/oom_score_adj: Permission denied");
+  # containerd then clamps scores to its own (>= current) value instead.
+  restrict_oom_score_adj = {str(not has_cap_sys_resource()).lower()}
+
+[{cri}.containerd]
+  snapshotter = "{os.environ.get("KUBEGPU_RIG_SNAPSHOTTER", "overlayfs")}"
+  default_runtime_name = "runc"
+
+[{cri}.containerd.runtimes.runc]
+  runtime_type = "io.containerd.runc.v2"
+
+[{cri}.containerd.runtimes.runc.options]
+  SystemdCgroup = false
+
+[{cri}.cni]
+  bin_dir = "/usr/lib/cni"
+  conf_dir = "{cni / "net.d"}"
+  max_conf_num = 1
+"""
+
+    def _start_containerd(self) -> None:
+        d = self.paths.component_dir("containerd")
+        d.mkdir(parents=True, exist_ok=True)
+        cni = self.paths.state / "cni"
+        (cni / "net.d").mkdir(parents=True, exist_ok=True)
+        (cni / "net.d" / "10-kubegpu-rig.conflist").write_text(
+            json.dumps(
+                {
+                    "cniVersion": "0.4.0",
+                    "name": "kubegpu-rig",
+                    "plugins": [
+                        {
+                            "type": "bridge",
+                            "bridge": BRIDGE,
+                            "isGateway": True,
+                            "ipMasq": False,
+                            "hairpinMode": True,
+                            "ipam": {
+                                "type": "host-local",
+                                "ranges": [[{"subnet": POD_SUBNET}]],
+                                "routes": [{"dst": "0.0.0.0/0"}],
+                                "dataDir": str(cni / "ipam"),
+                            },
+                        }
+                    ],
+                },
+                indent=2,
+            )
+            + "\n"
+        )
+        (d / "config.toml").write_text(self._containerd_config())
+        self._spawn("containerd", ["containerd", f"--config={d / 'config.toml'}", "--log-level=info"])
+
+        def cri_ok() -> bool:
+            self._check_alive("containerd")
+            out = self.ctr("plugins", "ls").stdout
+            return any(
+                line.split()[:2] == ["io.containerd.grpc.v1", "cri"] and line.split()[-1] == "ok"
+                for line in out.splitlines()
+                if line.strip()
+            )
+
+        _wait(
+            "containerd's cri plugin",
+            cri_ok,
+            60,
+            lambda: self.ctr("plugins", "ls", check=False).stdout + "\n" + self.log_tail("containerd"),
+        )
+
+    def ctr(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        return _run(["ctr", f"--address={self.paths.containerd_sock}", "-n", "k8s.io", *args], check=check)
+
+    def _import_images(self) -> None:
+        for tag, tar in images.write_images(self.paths.state / "images").items():
+            self.ctr("images", "import", str(tar))
+            if tag not in self.ctr("images", "ls", "-q").stdout.split():
+                raise RigError(f"image {tag} is not in containerd's k8s.io namespace after import")
+
+    def _kubelet_config(self, ip: str) -> dict[str, Any]:
+        return {
+            "apiVersion": "kubelet.config.k8s.io/v1beta1",
+            "kind": "KubeletConfiguration",
+            "cgroupDriver": "cgroupfs",
+            "failCgroupV1": False,
+            "failSwapOn": False,
+            "containerRuntimeEndpoint": f"unix://{self.paths.containerd_sock}",
+            "authentication": {
+                "anonymous": {"enabled": False},
+                "webhook": {"enabled": True},
+                "x509": {"clientCAFile": str(self.paths.pki / "ca.crt")},
+            },
+            "authorization": {"mode": "Webhook"},
+            "address": ip,
+            "readOnlyPort": 0,
+            "clusterDNS": [],
+            "clusterDomain": "cluster.local",
+            "resolvConf": "/etc/resolv.conf",
+            "imageGCHighThresholdPercent": 100,
+            "evictionHard": {"nodefs.available": "0%", "imagefs.available": "0%", "nodefs.inodesFree": "0%"},
+            "podLogsDir": str(self.paths.component_dir("kubelet") / "pod-logs"),
+            "shutdownGracePeriod": "0s",
+            "rotateCertificates": False,
+            "serverTLSBootstrap": False,
+        }
+
+    def kubelet_argv(self) -> list[str]:
+        d = self.paths.component_dir("kubelet")
+        return [
+            str(self.paths.bin("kubelet")),
+            f"--config={d / 'config.yaml'}",
+            f"--kubeconfig={d / 'kubeconfig'}",
+            f"--root-dir={KUBELET_ROOT}",
+            f"--hostname-override={NODE_NAME}",
+            f"--node-ip={json.loads((d / 'config.yaml').read_text())['address']}",
+            "--v=2",
+        ]
+
+    def _start_kubelet_process(self) -> None:
+        self._spawn("kubelet", self.kubelet_argv())
+
+        def healthy() -> bool:
+            self._check_alive("kubelet")
+            with urllib.request.urlopen("http://127.0.0.1:10248/healthz", timeout=2) as r:
+                return bool(r.read() == b"ok")
+
+        _wait("kubelet /healthz", healthy, 90, lambda: self.log_tail("kubelet"))
+
+    def _start_kubelet(self, ip: str) -> None:
+        if KUBELET_ROOT.exists() and not (KUBELET_ROOT / MARKER).exists() and any(KUBELET_ROOT.iterdir()):
+            raise RigError(f"{KUBELET_ROOT} exists and was not made by the rig; refusing to use it")
+        KUBELET_ROOT.mkdir(parents=True, exist_ok=True)
+        (KUBELET_ROOT / MARKER).write_text(str(self.paths.state) + "\n")
+        d = self.paths.component_dir("kubelet")
+        d.mkdir(parents=True, exist_ok=True)
+        write_kubeconfig(d / "kubeconfig", self.paths, "kubelet")
+        (d / "config.yaml").write_text(json.dumps(self._kubelet_config(ip), indent=2) + "\n")
+        self._start_kubelet_process()
+
+    def restart_kubelet(self) -> None:
+        """Stop the kubelet process and start it again with the same configuration (pods keep running)."""
+        self.stop("kubelet")
+        self._start_kubelet_process()
+
+    def wait_node_ready(self, timeout_s: float = 180) -> None:
+        def ready() -> bool:
+            self._check_alive("kubelet")
+            return self.node_ready()
+
+        def why() -> str:
+            try:
+                node = self.node()
+                conds = json.dumps(node.get("status", {}).get("conditions", []), indent=1)
+                taints = json.dumps(node.get("spec", {}).get("taints", []))
+            except Exception as exc:
+                conds, taints = f"node not readable: {exc}", ""
+            tails = f"{self.log_tail('kubelet')}\n{self.log_tail('containerd')}"
+            return f"conditions: {conds}\ntaints: {taints}\n{tails}"
+
+        _wait(f"node {NODE_NAME} Ready without the not-ready taint", ready, timeout_s, why)
+
+    def _wait_service_account(self) -> None:
+        def present() -> bool:
+            self.api("/api/v1/namespaces/default/serviceaccounts/default")
+            self.api("/api/v1/namespaces/default/configmaps/kube-root-ca.crt")
+            return True
+
+        _wait(
+            "serviceaccount default and configmap kube-root-ca.crt",
+            present,
+            90,
+            lambda: self.log_tail("kube-controller-manager"),
+        )
+
+    # --- up / down -----------------------------------------------------------------------------
+
+    def _make_pki(self, ip: str) -> None:
+        make_pki(self.paths, ip)
+        write_kubeconfig(self.paths.kubeconfig, self.paths, "admin")
+
+    def up(self) -> None:
+        t_all = time.monotonic()
+        if any(self.pid(n) for n in COMPONENTS):
+            raise RigError(f"the rig in {self.paths.state} is (partly) running; run `down` first")
+        if self.paths.state.exists():
+            log(f"removing stale rig state {self.paths.state}")
+            self._remove_state()
+        ensure_host(self.paths)
+        self.paths.state.mkdir(parents=True, exist_ok=True)
+        ip = node_ip()
+        steps: list[tuple[str, Callable[[], None]]] = [
+            ("pki", lambda: self._make_pki(ip)),
+            ("etcd", self._start_etcd),
+            ("kube-apiserver", lambda: self._start_apiserver(ip)),
+            ("controllers", self._start_controllers),
+            ("containerd", self._start_containerd),
+            ("images", self._import_images),
+            ("kubelet", lambda: self._start_kubelet(ip)),
+            ("node-ready", self.wait_node_ready),
+            ("service-account", self._wait_service_account),
+        ]
+        try:
+            for name, step in steps:
+                t0 = time.monotonic()
+                step()
+                self.timings[name] = time.monotonic() - t0
+                log(f"{name}: {self.timings[name]:.1f} s")
+        except BaseException:
+            log("start-up failed; component logs follow")
+            print(self.log_tails(), file=sys.stderr)
+            raise
+        self.timings["up"] = time.monotonic() - t_all
+        (self.paths.state / "rig.json").write_text(
+            json.dumps(
+                {
+                    "node": NODE_NAME,
+                    "node_ip": ip,
+                    "kubeconfig": str(self.paths.kubeconfig),
+                    "kubectl": str(self.paths.bin("kubectl")),
+                    "device_plugin_dir": str(DEVICE_PLUGIN_DIR),
+                    "k8s_version": self.paths.k8s_version,
+                    "etcd_version": self.paths.etcd_version,
+                    "timings_s": {k: round(v, 1) for k, v in self.timings.items()},
+                },
+                indent=2,
+            )
+            + "\n"
+        )
+        log(f"rig up in {self.timings['up']:.1f} s; KUBECONFIG={self.paths.kubeconfig}")
+
+    def _delete_pods(self) -> None:
+        if not (self.pid("kube-apiserver") and self.pid("kubelet") and self.paths.kubeconfig.exists()):
+            return
+        proc = self.kubectl(
+            "delete",
+            "pods",
+            "--all",
+            "--all-namespaces",
+            "--grace-period=1",
+            "--wait=true",
+            "--timeout=60s",
+            check=False,
+            timeout_s=90,
+        )
+        if proc.returncode != 0:
+            log(f"deleting pods: {proc.stderr.strip()}")
+
+    def _clean_containers(self) -> None:
+        if not self.pid("containerd"):
+            return
+        for line in self.ctr("tasks", "ls", "-q", check=False).stdout.split():
+            self.ctr("tasks", "kill", "-s", "SIGKILL", line, check=False)
+        time.sleep(0.5)
+        for line in self.ctr("tasks", "ls", "-q", check=False).stdout.split():
+            self.ctr("tasks", "delete", "-f", line, check=False)
+        for line in self.ctr("containers", "ls", "-q", check=False).stdout.split():
+            self.ctr("containers", "delete", line, check=False)
+
+    def _stop_shims(self) -> None:
+        """containerd's shims for *our* socket (its path is in their argv) outlive containerd; stop them."""
+        needle = str(self.paths.containerd_sock).encode()
+        for proc_dir in Path("/proc").iterdir():
+            if not proc_dir.name.isdigit():
+                continue
+            try:
+                argv = (proc_dir / "cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if argv and argv[0].endswith(b"containerd-shim-runc-v2") and needle in argv:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(int(proc_dir.name), signal.SIGKILL)
+
+    def _unmount_all(self) -> None:
+        roots = (str(self.paths.state), str(KUBELET_ROOT))
+        for _ in range(3):
+            mounts = []
+            for line in Path("/proc/self/mountinfo").read_text().splitlines():
+                mp = line.split()[4].replace("\\040", " ")
+                if any(mp == r or mp.startswith(r + "/") for r in roots):
+                    mounts.append(mp)
+            if not mounts:
+                return
+            for mp in sorted(mounts, key=len, reverse=True):
+                if _run(["umount", mp], check=False).returncode != 0:
+                    _run(["umount", "-l", mp], check=False)
+
+    def _remove_state(self) -> None:
+        self._unmount_all()
+        if (KUBELET_ROOT / MARKER).exists():
+            shutil.rmtree(KUBELET_ROOT, ignore_errors=True)
+        pod_logs = self.paths.component_dir("kubelet") / "pod-logs"
+        containers_logs = Path("/var/log/containers")
+        if containers_logs.is_dir():
+            for link in containers_logs.iterdir():
+                if link.is_symlink() and str(os.readlink(link)).startswith(str(pod_logs)):
+                    link.unlink()
+        shutil.rmtree(self.paths.state, ignore_errors=True)
+
+    def down(self) -> None:
+        t0 = time.monotonic()
+        self._delete_pods()
+        self.stop("kubelet")
+        self._clean_containers()
+        for name in ("containerd", "kube-scheduler", "kube-controller-manager", "kube-apiserver", "etcd"):
+            self.stop(name)
+        self._stop_shims()
+        if Path(f"/sys/class/net/{BRIDGE}").exists():
+            _run(["ip", "link", "delete", BRIDGE], check=False)
+        self._remove_state()
+        log(f"rig down in {time.monotonic() - t0:.1f} s")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m tests.e2e.rig", description=__doc__.splitlines()[0])
+    parser.add_argument("command", choices=["build", "up", "down", "status", "logs", "restart-kubelet"])
+    args = parser.parse_args(argv)
+    rig = Rig()
+    try:
+        if args.command == "build":
+            log(f"build: {build(rig.paths):.1f} s")
+        elif args.command == "up":
+            log(f"build (cached binaries are reused): {build(rig.paths):.1f} s")
+            rig.up()
+        elif args.command == "down":
+            rig.down()
+        elif args.command == "restart-kubelet":
+            rig.restart_kubelet()
+        elif args.command == "logs":
+            print(rig.log_tails(60))
+        else:
+            for name in COMPONENTS:
+                print(f"{name:24} {rig.pid(name) or '-'}")
+            return 0 if rig.is_up() else 1
+    except RigError as exc:
+        print(f"rig: {exc}", file=sys.stderr)
+        return 1
+    return 0
