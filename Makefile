@@ -1,10 +1,13 @@
 # The developer loop. CI runs `make test` verbatim (.ci/run).
+#   make test   lint, types, layer contracts, unit + integration tests, then the e2e suite on a real
+#               single-node Kubernetes (needs root; builds the rig's binaries once, ~10 min cold)
+#   make check  the same without e2e (any user, about a minute)
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test unit lint typecheck integration e2e bench proto clean
+.PHONY: demo test check unit lint typecheck integration e2e bench proto clean
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -16,8 +19,11 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(BIN)/kubegpu demo
 
-## The whole test command: lint, types, layer contracts, unit + integration (+ e2e where the rig runs).
-test: $(STAMP) lint typecheck
+## The whole test command: everything in `check`, then the e2e suite (docs/testing.md).
+test: check e2e
+
+## Lint, types, layer contracts, unit and integration tests: no root, no cluster.
+check: $(STAMP) lint typecheck
 	$(BIN)/python -m pytest -q tests
 
 ## Fast loop: the pure core and adapters' unit tests only.
