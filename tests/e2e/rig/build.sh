@@ -10,6 +10,12 @@
 # A warm run (all binaries present) returns at once. Prints the elapsed build time.
 set -euo pipefail
 
+# Go needs a home for its module and build caches; CI may run with a bare environment.
+if [ -z "${HOME:-}" ]; then
+  HOME="$(getent passwd "$(id -u)" | cut -d: -f6)"
+  export HOME
+fi
+
 K8S_VERSION="${KUBEGPU_RIG_K8S_VERSION:-v1.34.4}"
 ETCD_VERSION="${KUBEGPU_RIG_ETCD_VERSION:-v3.6.16}"
 CACHE="${KUBEGPU_RIG_CACHE:-$HOME/.cache/kubegpu-rig}"
