@@ -156,7 +156,19 @@ class Agent:
         aliases: dict[str, int] = {str(g.uuid): g.index for g in node.gpus}
         aliases.update({str(m.uuid): g.index for g in node.gpus for m in g.mig_instances})
         tracker = HealthTracker(gpu_count=len(node.gpus), aliases=aliases, policy=config.health)
-        self.options.device_plugin_dir.mkdir(parents=True, exist_ok=True)
+        fault_file = self.options.fault_file
+        if fault_file is not None and (fault_file.is_dir() or not fault_file.absolute().parent.is_dir()):
+            what = "is a directory" if fault_file.is_dir() else "its directory does not exist"
+            raise InputError(
+                f"--fault-file {fault_file}: {what}; give a file of JSON lines (it may appear later)"
+            )
+        plugin_dir = self.options.device_plugin_dir
+        try:
+            plugin_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise InputError(
+                f"--device-plugin-dir {plugin_dir}: cannot create it: {exc.strerror or exc}"
+            ) from exc
         for warning in (*config.warnings, *inventory.warnings):
             log.warning(warning)
         with self._lock:

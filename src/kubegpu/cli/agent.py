@@ -58,7 +58,12 @@ def _setup_logging(level: str) -> None:
 def register(app: typer.Typer) -> None:
     """Add the ``agent`` command."""
 
-    @app.command("agent")
+    @app.command(
+        "agent",
+        epilog="Examples: kubegpu agent --node-spec builtin:seed-8gpu --device-plugin-dir /tmp/dp · "
+        "kubegpu agent --nvml --config /etc/kubegpu/config.yaml · "
+        "kubegpu agent --node-spec node.yaml --fault-file faults.jsonl",
+    )
     def agent(
         *,
         node_spec: Annotated[

@@ -20,10 +20,12 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     add_completion=False,
     rich_markup_mode="rich",
+    epilog="Examples: kubegpu demo · kubegpu topo builtin:seed-8gpu · kubegpu doctor · "
+    "kubegpu COMMAND --help",
 )
 
 
-@app.command("version")
+@app.command("version", epilog="Example: kubegpu version")
 def version() -> None:
     """Print the kubegpu version."""
     from kubegpu import __version__

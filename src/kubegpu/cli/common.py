@@ -13,6 +13,7 @@ from kubegpu.errors import InputError
 __all__ = ["console", "parse_indices", "print_json"]
 
 console = Console(highlight=False)
+MAX_GPU_INDEX = 4095  # far above any node; bounds a range like 0-99999999 before it is expanded
 
 
 def print_json(payload: Any) -> None:
@@ -33,6 +34,10 @@ def parse_indices(text: str, flag: str) -> list[int]:
                 a, b = int(lo), int(hi)
                 if a > b:
                     raise InputError(f"{flag}: range {item!r} runs backwards")
+                if b > MAX_GPU_INDEX:
+                    raise InputError(
+                        f"{flag}: GPU {b} in {item!r} is beyond any node (at most {MAX_GPU_INDEX})"
+                    )
                 out.extend(range(a, b + 1))
             else:
                 out.append(int(item))

@@ -124,7 +124,11 @@ def register(app: typer.Typer) -> None:
         no_args_is_help=False,
     )
 
-    @doctor.callback(invoke_without_command=True)
+    @doctor.callback(
+        invoke_without_command=True,
+        epilog="Examples: kubegpu doctor · kubegpu doctor node · kubegpu doctor cluster --node gpu-1 · "
+        "kubegpu doctor pod default/trainer --json",
+    )
     def doctor_all(
         ctx: typer.Context,
         *,
@@ -147,7 +151,7 @@ def register(app: typer.Typer) -> None:
         )
         _finish(report, as_json=as_json, verbose=verbose, title=f"kubegpu doctor (host root {host_root})")
 
-    @doctor.command("node")
+    @doctor.command("node", epilog="Examples: kubegpu doctor node · kubegpu doctor node --verbose --json")
     def doctor_node(
         *,
         host_root: HostRoot = Path("/"),
@@ -163,7 +167,11 @@ def register(app: typer.Typer) -> None:
             report, as_json=as_json, verbose=verbose, title=f"kubegpu doctor node (host root {host_root})"
         )
 
-    @doctor.command("cluster")
+    @doctor.command(
+        "cluster",
+        epilog="Examples: kubegpu doctor cluster · kubegpu doctor cluster --node gpu-1 --context prod · "
+        "kubegpu doctor cluster --from-recorded ./recorded --json",
+    )
     def doctor_cluster(
         *,
         node: NodeName = None,
@@ -179,7 +187,11 @@ def register(app: typer.Typer) -> None:
         report = cluster_report(_connector(kubeconfig, context, recorded), node=node)
         _finish(report, as_json=as_json, verbose=verbose, title="kubegpu doctor cluster")
 
-    @doctor.command("pod")
+    @doctor.command(
+        "pod",
+        epilog="Examples: kubegpu doctor pod default/trainer · "
+        "kubegpu doctor pod ml/infer-0 --from-recorded ./recorded --json",
+    )
     def doctor_pod(
         target: Annotated[str, typer.Argument(metavar="NAMESPACE/NAME", help="The pod to examine.")],
         *,

@@ -22,6 +22,8 @@ from kubegpu.model import mig
 mig_app = typer.Typer(
     name="mig",
     help="MIG profiles of a GPU model and placement checks for mixed layouts.",
+    epilog="Examples: kubegpu mig profiles H100-80GB · "
+    "kubegpu mig validate H100-80GB 3g.40gb,2g.20gb,1g.10gb",
     no_args_is_help=True,
     rich_markup_mode="rich",
 )

@@ -27,6 +27,8 @@ from kubegpu.plan.serve import DEFAULT_RESERVE_GB, Dtype, ServePlan, ServeReques
 plan_app = typer.Typer(
     name="plan",
     help="Plan GPU sharing: exclusive vs MIG vs time-slicing vs MPS, pools, and TP communication.",
+    epilog="Examples: kubegpu plan serve --model-gb 14 --instances 5 --gpu H100-80GB · "
+    "kubegpu plan pools --gpus 4 --gpu A100-80GB --users 20 · kubegpu plan comm",
     no_args_is_help=True,
     rich_markup_mode="rich",
 )

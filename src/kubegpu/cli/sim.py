@@ -15,6 +15,7 @@ import typer
 
 from kubegpu.errors import InputError
 
+MAX_INFLATE = 10.0  # arrivals of 10x the GPU capacity: every curve is flat long before
 ALL_POLICIES = ("random", "dotprod", "clustering", "packing", "bestfit", "fgd", "kubegpu")
 
 
@@ -130,7 +131,12 @@ def register(app: typer.Typer) -> None:
         invoke_without_command=True,
     )
 
-    @sim_app.callback(invoke_without_command=True)
+    @sim_app.callback(
+        invoke_without_command=True,
+        epilog="Examples: kubegpu sim --nodes nodes.csv --pods pods.csv · "
+        "kubegpu sim --nodes nodes.csv --pods pods.csv --policy fgd --policy kubegpu --seeds 42 --json · "
+        "kubegpu sim variant --pods pods.csv --nodes nodes.csv --shared 0.4 -o variant.csv",
+    )
     def sim(  # noqa: PLR0917 - typer maps each parameter to a flag
         ctx: typer.Context,
         nodes: Annotated[
@@ -199,8 +205,11 @@ def register(app: typer.Typer) -> None:
         )
         if workers < 1:
             raise InputError(f"--workers must be at least 1, got {workers}")
-        if inflate < 0:
-            raise InputError(f"--inflate must be 0 (no inflation) or positive, got {inflate}")
+        if not 0 <= inflate <= MAX_INFLATE:
+            raise InputError(
+                f"--inflate must be 0 (no inflation) or a multiple of capacity up to {MAX_INFLATE:g},"
+                f" got {inflate}"
+            )
         workload = prepare(load_trace(nodes, pods))
         runs = _run_with_progress(workload, request, quiet=as_json)
         summaries = summarise_all(runs, workload, inflate)
@@ -218,7 +227,11 @@ def register(app: typer.Typer) -> None:
         else:
             _render(summaries, document)
 
-    @sim_app.command("variant")
+    @sim_app.command(
+        "variant",
+        epilog="Examples: kubegpu sim variant --pods pods.csv --nodes nodes.csv --shared 0.4 -o shared.csv · "
+        "kubegpu sim variant --pods pods.csv --nodes nodes.csv --cpu-only 0.2 --count 5000 --seed 1 -o v.csv",
+    )
     def variant(  # noqa: PLR0917 - typer maps each parameter to a flag
         pods: Annotated[Path, typer.Option("--pods", help="Pod list to draw from.")],
         nodes: Annotated[Path, typer.Option("--nodes", help="Node list (for GPU models and sizes).")],

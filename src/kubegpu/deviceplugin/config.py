@@ -171,6 +171,7 @@ ENV_VARS: tuple[str, ...] = tuple(
 CLI_FLAGS: Mapping[str, str] = {name: flag for name, (_, _, flag) in _SETTINGS.items() if flag}
 
 # Keys NVIDIA's v1 schema defines; the ones kubegpu does not act on only produce a warning.
+MAX_REPLICAS = 1024  # replicas per GPU; each is a device kubelet lists, so the bound keeps that finite
 _NVIDIA_FLAGS = {
     "migStrategy", "failOnInitError", "nvidiaDriverRoot", "nvidiaDevRoot", "mpsRoot", "gdsEnabled",
     "mofedEnabled", "gdrcopyEnabled", "useNodeFeatureAPI", "deviceDiscoveryStrategy", "plugin", "gfd",
@@ -303,6 +304,8 @@ def _read_file(path: Path) -> dict[str, Any]:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read the config file: {exc.strerror or exc}") from exc
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not a UTF-8 text file (YAML or JSON expected): {exc.reason}") from exc
     try:
         data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
     except json.JSONDecodeError as exc:
@@ -366,8 +369,8 @@ def _parse_sharing_kind(prefix: str, kind: SharingKind, raw: dict[str, Any]) -> 
             raise ConfigError(f"{ew}.name: missing; e.g. nvidia.com/gpu")
         name = _str(f"{ew}.name", entry["name"])
         replicas = entry.get("replicas")
-        if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 2:
-            raise ConfigError(f"{ew}.replicas: {replicas!r} must be an integer of at least 2")
+        if isinstance(replicas, bool) or not isinstance(replicas, int) or not 2 <= replicas <= MAX_REPLICAS:
+            raise ConfigError(f"{ew}.replicas: {replicas!r} must be an integer from 2 to {MAX_REPLICAS}")
         rename = entry.get("rename")
         if rename is not None:
             rename = _str(f"{ew}.rename", rename)
@@ -414,9 +417,9 @@ def _parse_sharing(prefix: str, data: dict[str, Any], kubegpu: dict[str, Any]) -
     per_gpu: list[tuple[str, int]] = []
     for key, value in _mapping(f"{prefix}kubegpu.sharing.replicas", extra.get("replicas")).items():
         where = f"{prefix}kubegpu.sharing.replicas.{key}"
-        if isinstance(value, bool) or not isinstance(value, int) or value < 2:
+        if isinstance(value, bool) or not isinstance(value, int) or not 2 <= value <= MAX_REPLICAS:
             raise ConfigError(
-                f"{where}: {value!r} must be an integer of at least 2 (list the GPU under "
+                f"{where}: {value!r} must be an integer from 2 to {MAX_REPLICAS} (list the GPU under "
                 f"kubegpu.sharing.exclusive to keep it unshared)"
             )
         per_gpu.append((str(key), value))

@@ -147,12 +147,16 @@ class PluginServer:
         pb_grpc.add_DevicePluginServicer_to_server(  # type: ignore[no-untyped-call]
             DevicePluginServicer(self.plugin, self._stopping), server
         )
-        if server.add_insecure_port(f"unix://{path}") == 0:
+        try:
+            port = server.add_insecure_port(f"unix://{path.absolute()}")
+        except RuntimeError as exc:  # newer grpcio raises instead of returning 0
+            raise SourceError(f"cannot listen on {path}; is the device plugin directory writable?") from exc
+        if port == 0:
             raise SourceError(f"cannot listen on {path}; is the device plugin directory writable?")
         server.start()
         self._server = server
         self.socket_path = path
-        with grpc.insecure_channel(f"unix://{path}") as channel:
+        with grpc.insecure_channel(f"unix://{path.absolute()}") as channel:
             try:
                 grpc.channel_ready_future(channel).result(timeout=5)
             except grpc.FutureTimeoutError as exc:

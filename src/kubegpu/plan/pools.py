@@ -10,6 +10,7 @@ sharing config applies to every GPU of a node.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -30,6 +31,7 @@ __all__ = [
 
 # kubegpu's own label and taint key for the pool a node belongs to (GFD owns nvidia.com/gpu.*).
 POOL_LABEL = "kubegpu.io/gpu-pool"
+_INT64_MAX = 2**63 - 1  # activeDeadlineSeconds is an int64 in the Kubernetes API
 # The seed's GPU node label for node selectors.
 GPU_ROLE_LABEL = "node-role.kubernetes.io/gpu"
 
@@ -142,8 +144,11 @@ def _validate(req: PoolsRequest) -> None:
         raise InputError(f"--replicas must be at least 2 (NVIDIA's time-slicing minimum), got {req.replicas}")
     if req.gpus_per_node < 1:
         raise InputError(f"--gpus-per-node must be at least 1, got {req.gpus_per_node}")
-    if not req.deadline_hours > 0:
-        raise InputError(f"--deadline-hours must be positive, got {req.deadline_hours:g}")
+    if not (math.isfinite(req.deadline_hours) and 1 <= round(req.deadline_hours * 3600) <= _INT64_MAX):
+        raise InputError(
+            f"--deadline-hours must be a positive number of hours (one second to Kubernetes' int64"
+            f" activeDeadlineSeconds), got {req.deadline_hours:g}"
+        )
     if req.gpus % req.gpus_per_node:
         raise InputError(f"--gpus {req.gpus} is not a whole number of {req.gpus_per_node}-GPU nodes")
     if req.exclusive is not None and not 0 <= req.exclusive <= req.gpus:

@@ -45,6 +45,7 @@ DEFAULT_RESERVE_GB = 1.0
 FP8_MIN_COMPUTE_CAPABILITY = (8, 9)
 # Time-slicing and MPS rows are listed up to this many tenants per card.
 MAX_SHARED_TENANTS = 16
+MAX_INSTANCES = 100_000  # a plan lists every card; beyond this it is no longer a plan a person reads
 
 
 class SharingMode(StrEnum):
@@ -188,7 +189,7 @@ class ServePlan:
 
 def _gb(value: float) -> str:
     """A size the way the seed writes it: ``14 GB``, ``5.0 GB`` when fractional matters."""
-    return f"{value:g} GB" if value == int(value) else f"{value:.1f} GB"
+    return f"{value:g} GB" if not math.isfinite(value) or value == int(value) else f"{value:.1f} GB"
 
 
 def _spread(instances: int, per_gpu: int) -> tuple[int, ...]:
@@ -200,8 +201,8 @@ def _spread(instances: int, per_gpu: int) -> tuple[int, ...]:
 def _validate(req: ServeRequest) -> None:
     if not math.isfinite(req.model_gb) or req.model_gb <= 0:
         raise InputError(f"--model-gb must be a positive size in GB, got {req.model_gb:g}")
-    if req.instances < 1:
-        raise InputError(f"--instances must be at least 1, got {req.instances}")
+    if not 1 <= req.instances <= MAX_INSTANCES:
+        raise InputError(f"--instances must be between 1 and {MAX_INSTANCES}, got {req.instances}")
     if not math.isfinite(req.kv_gb_per_instance) or req.kv_gb_per_instance < 0:
         raise InputError(f"--kv-gb-per-instance must not be negative, got {req.kv_gb_per_instance:g}")
     if not math.isfinite(req.reserve_gb) or req.reserve_gb < 0:

@@ -59,5 +59,7 @@ def plot_curves(summaries: Sequence[PolicySummary], path: str | Path, *, title: 
         fig.savefig(str(path), dpi=120)
     except OSError as exc:
         raise InputError(f"--plot {path}: cannot write: {exc.strerror or exc}") from exc
+    except ValueError as exc:  # matplotlib: an extension it has no writer for
+        raise InputError(f"--plot {path}: {exc}") from exc
     finally:
         plt.close(fig)

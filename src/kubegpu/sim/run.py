@@ -50,6 +50,8 @@ def parse_seeds(text: str) -> tuple[int, ...]:
                 lo, hi = int(lo_text), int(hi_text)
                 if hi < lo:
                     raise InputError(f"--seeds {text!r}: range {part!r} ends before it starts")
+                if hi - lo >= MAX_SEEDS:
+                    raise InputError(f"--seeds {text!r}: {hi - lo + 1} seeds; at most {MAX_SEEDS}")
                 seeds.extend(range(lo, hi + 1))
             else:
                 seeds.append(int(part))

@@ -100,6 +100,8 @@ def _rows(path: Path, required: Sequence[str]) -> Iterator[tuple[int, dict[str, 
             header = next(reader, None)
         except (csv.Error, UnicodeDecodeError) as exc:
             raise TraceError(f"{path}:1: not a CSV file: {exc}") from exc
+        except OSError as exc:
+            raise TraceError(f"{path}: cannot read: {exc.strerror or exc}") from exc
         if header is None:
             raise TraceError(f"{path}: empty file; expected a header with {', '.join(required)}")
         header = [h.strip() for h in header]
@@ -120,6 +122,8 @@ def _rows(path: Path, required: Sequence[str]) -> Iterator[tuple[int, dict[str, 
             raise TraceError(f"{path}:{reader.line_num}: malformed CSV: {exc}") from exc
         except UnicodeDecodeError as exc:
             raise TraceError(f"{path}:{reader.line_num + 1}: not UTF-8 text: {exc.reason}") from exc
+        except OSError as exc:
+            raise TraceError(f"{path}: cannot read: {exc.strerror or exc}") from exc
 
 
 def _int(path: Path, line: int, row: dict[str, str], column: str, *, lo: int, hi: int | None = None) -> int:

@@ -24,7 +24,9 @@ import numpy as np
 from kubegpu.errors import InputError
 from kubegpu.sim.trace import MILLI_PER_GPU, NodeRecord, PodRecord
 
-__all__ = ["VariantKnobs", "make_variant", "pod_mix"]
+__all__ = ["MAX_VARIANT_PODS", "VariantKnobs", "make_variant", "pod_mix"]
+
+MAX_VARIANT_PODS = 1_000_000  # over 100x the openb trace; more only makes the file slow to write
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -73,8 +75,10 @@ def make_variant(
     """A new pod list with the mix of ``knobs``, drawn from ``pods``; see the module docstring."""
     for name in ("cpu_only", "shared", "multi_gpu", "gpu_spec"):
         _check(name, getattr(knobs, name))
-    if knobs.count is not None and knobs.count < 1:
-        raise InputError(f"--count must be at least 1, got {knobs.count}")
+    if knobs.count is not None and not 1 <= knobs.count <= MAX_VARIANT_PODS:
+        raise InputError(f"--count must be between 1 and {MAX_VARIANT_PODS}, got {knobs.count}")
+    if knobs.seed < 0:
+        raise InputError(f"--seed must not be negative, got {knobs.seed}")
     base = pod_mix(pods)
     cpu_only = base["cpu_only"] if knobs.cpu_only is None else knobs.cpu_only
     shared = base["shared"] if knobs.shared is None else knobs.shared
