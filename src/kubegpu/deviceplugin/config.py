@@ -370,7 +370,9 @@ def _parse_sharing_kind(prefix: str, kind: SharingKind, raw: dict[str, Any]) -> 
         name = _str(f"{ew}.name", entry["name"])
         replicas = entry.get("replicas")
         if isinstance(replicas, bool) or not isinstance(replicas, int) or not 2 <= replicas <= MAX_REPLICAS:
-            raise ConfigError(f"{ew}.replicas: {replicas!r} must be an integer from 2 to {MAX_REPLICAS}")
+            raise ConfigError(
+                f"{ew}.replicas: {replicas!r} must be an integer of at least 2 and at most {MAX_REPLICAS}"
+            )
         rename = entry.get("rename")
         if rename is not None:
             rename = _str(f"{ew}.rename", rename)
@@ -419,8 +421,8 @@ def _parse_sharing(prefix: str, data: dict[str, Any], kubegpu: dict[str, Any]) -
         where = f"{prefix}kubegpu.sharing.replicas.{key}"
         if isinstance(value, bool) or not isinstance(value, int) or not 2 <= value <= MAX_REPLICAS:
             raise ConfigError(
-                f"{where}: {value!r} must be an integer from 2 to {MAX_REPLICAS} (list the GPU under "
-                f"kubegpu.sharing.exclusive to keep it unshared)"
+                f"{where}: {value!r} must be an integer of at least 2 and at most {MAX_REPLICAS} (list the"
+                f" GPU under kubegpu.sharing.exclusive to keep it unshared)"
             )
         per_gpu.append((str(key), value))
     exclusive_raw = extra.get("exclusive") or []
