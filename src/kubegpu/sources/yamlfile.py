@@ -68,7 +68,12 @@ def load_located(text: str, origin: str, cls: type[InputError] = InputError) -> 
         raise cls(f"{origin}:{line}: not valid YAML: {exc.problem}") from exc
     except yaml.YAMLError as exc:
         raise cls(f"{origin}: not valid YAML: {exc}") from exc
+    except RecursionError as exc:
+        raise cls(f"{origin}: the YAML refers to itself (a recursive anchor)") from exc
     lines: dict[Path, int] = {}
     if node is not None:
-        _walk(node, (), lines)
+        try:
+            _walk(node, (), lines)
+        except RecursionError as exc:  # an anchor used inside itself: &a [*a]
+            raise cls(f"{origin}: the YAML refers to itself (a recursive anchor)") from exc
     return LocatedDoc(origin=origin, data=data, lines=lines)
