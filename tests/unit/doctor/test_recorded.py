@@ -33,3 +33,23 @@ def test_bad_json_names_the_file_and_line(tmp_path: Path) -> None:
     (tmp_path / "pods.json").write_text('{"kind": "List",\n "items": [,]}')
     with pytest.raises(InputError, match=r"pods\.json: line 2"):
         RecordedCluster.from_dir(tmp_path)
+
+
+def test_binary_json_file_is_an_input_error_naming_it(tmp_path: Path) -> None:
+    (tmp_path / "nodes.json").write_bytes(b"\xc5\xff\x00 not text")
+    with pytest.raises(InputError, match=r"nodes\.json: not UTF-8 text"):
+        RecordedCluster.from_dir(tmp_path)
+
+
+def test_log_path_that_is_a_directory_is_an_input_error_naming_it(tmp_path: Path) -> None:
+    (tmp_path / "logs" / "ns" / "p" / "app.log").mkdir(parents=True)
+    with pytest.raises(InputError, match=r"app\.log: cannot read"):
+        RecordedCluster.from_dir(tmp_path)
+
+
+def test_log_with_invalid_utf8_still_loads(tmp_path: Path) -> None:
+    logs = tmp_path / "logs" / "ns" / "p"
+    logs.mkdir(parents=True)
+    (logs / "app.log").write_bytes(b"CUDA error \xff\xfe\n")
+    rec = RecordedCluster.from_dir(tmp_path)
+    assert rec.logs["ns/p/app"].startswith("CUDA error")
