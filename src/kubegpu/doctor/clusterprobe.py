@@ -110,13 +110,19 @@ class RecordedCluster:
                 objects.append(json.loads(path.read_text(encoding="utf-8")))
             except json.JSONDecodeError as exc:
                 raise InputError(f"{path}: line {exc.lineno}, column {exc.colno}: {exc.msg}") from exc
+            except UnicodeDecodeError as exc:
+                raise InputError(f"{path}: not UTF-8 text (kubectl get -o json expected)") from exc
+            except OSError as exc:
+                raise InputError(f"{path}: cannot read: {exc.strerror or exc}") from exc
         logs = {}
         for log in sorted(directory.glob("logs/*/*/*.log")):
             ns, pod = log.parent.parent.name, log.parent.name
             key = f"{ns}/{pod}/{log.stem.removesuffix('.previous')}"
-            logs[key + ("/previous" if log.stem.endswith(".previous") else "")] = log.read_text(
-                encoding="utf-8"
-            )
+            try:  # logs are whatever the container wrote: undecodable bytes are kept as U+FFFD
+                text = log.read_text(encoding="utf-8", errors="replace")
+            except OSError as exc:
+                raise InputError(f"{log}: cannot read: {exc.strerror or exc}") from exc
+            logs[key + ("/previous" if log.stem.endswith(".previous") else "")] = text
         return cls.from_objects(objects, logs)
 
     def list_nodes(self) -> list[ApiObject]:
