@@ -29,6 +29,9 @@ _NAMESPACE = uuidlib.UUID("5b1d8f5e-6f0e-4c1b-9a57-6b7567707500")
 _RANGE_RE = re.compile(r"^\s*(\d+)\s*-\s*(\d+)\s*$")
 _NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
 
+# A node with more GPUs than this is a typo, not a machine (NVLink domains top out at 576 GPUs).
+MAX_GPUS = 1024
+
 _TOP_KEYS = {"name", "description", "gpus", "topology"}
 _GPU_KEYS = {"model", "count", "numa", "uuid", "memory_mib", "pci_bus_id", "mig"}
 _TOPO_KEYS = {"tiers", "matrix", "costs"}
@@ -86,6 +89,9 @@ def _expand_group(doc: LocatedDoc, path: tuple[str | int, ...], raw: Any, n: int
             lo, hi = int(m[1]), int(m[2])
             if lo > hi:
                 raise doc.error(path, f"range {value!r} runs backwards", SpecError)
+            if hi >= n:  # checked before expanding, so '0-99999999999' cannot eat memory
+                first = max(lo, n)
+                raise doc.error(path, f"GPU {first} does not exist: the spec has GPUs 0..{n - 1}", SpecError)
             items.extend(range(lo, hi + 1))
         elif isinstance(value, str) and value.strip().isdigit():
             items.append(int(value))
@@ -137,6 +143,8 @@ def _gpus(doc: LocatedDoc, name: str) -> list[Gpu]:
         except InputError as exc:
             raise doc.error((*path, "model"), str(exc), SpecError) from exc
         count = _int(doc, (*path, "count"), entry.get("count", 1), minimum=1)
+        if len(gpus) + count > MAX_GPUS:
+            raise doc.error((*path, "count"), f"the node would have over {MAX_GPUS} GPUs", SpecError)
         if count > 1 and ("uuid" in entry or "pci_bus_id" in entry):
             raise doc.error(path, "uuid and pci_bus_id name one GPU: drop them or use count: 1", SpecError)
         numa = entry.get("numa")

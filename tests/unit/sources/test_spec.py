@@ -139,6 +139,17 @@ def test_bad_specs_name_file_line_and_key(text: str, where: str, what: str) -> N
     assert what in str(info.value)
 
 
+def test_huge_counts_and_ranges_are_refused_before_they_are_expanded() -> None:
+    with pytest.raises(SpecError, match=r"spec.yaml:3: gpus\[0\].count: the node would have over 1024 GPUs"):
+        parse_spec("name: x\ngpus:\n  - {model: T4, count: 99999999999}\n", origin="spec.yaml")
+    text = (
+        "name: x\ngpus:\n  - {model: T4, count: 2}\n"
+        "topology:\n  tiers:\n    - {link: NV2, groups: ['0-99999999999']}\n"
+    )
+    with pytest.raises(SpecError, match="GPU 2 does not exist"):
+        parse_spec(text, origin="spec.yaml")
+
+
 def test_missing_file_and_unknown_builtin(tmp_path: Path) -> None:
     with pytest.raises(SpecError, match="no such file"):
         load_node(str(tmp_path / "nope.yaml"))
