@@ -20,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from kubegpu.allocate.request import check_request
 from kubegpu.allocate.tree import Block, Clique, Split, TreeNode, group_tree
 from kubegpu.errors import AllocationError
 from kubegpu.model.topology import Topology
@@ -198,20 +199,7 @@ def choose_scored(
     topology: Topology, available: Iterable[int], count: int, must_include: Iterable[int] = ()
 ) -> Choice:
     """Like ``choose`` but also returns the cost of the chosen set."""
-    avail = frozenset(available)
-    must = frozenset(must_include)
-    bad = sorted(d for d in avail | must if not 0 <= d < topology.n)
-    if bad:
-        raise AllocationError(f"unknown GPU index {bad[0]}: this node has GPUs 0..{topology.n - 1}")
-    if count < 1:
-        raise AllocationError(f"asked for {count} GPUs; ask for at least one")
-    missing = sorted(must - avail)
-    if missing:
-        raise AllocationError(f"must-include GPU {missing[0]} is not among the available GPUs")
-    if len(must) > count:
-        raise AllocationError(f"{len(must)} must-include GPUs do not fit in a request for {count}")
-    if count > len(avail):
-        raise AllocationError(f"asked for {count} GPUs but only {len(avail)} are available")
+    avail, must = check_request(available, count, must_include, n=topology.n)
     tree = _restrict(group_tree(topology), avail)
     assert tree is not None  # avail is not empty here
     table = _solve(tree, must, count, topology.units, exact=True)
