@@ -16,10 +16,11 @@ Without the trace it prints why and exits 0 (the benchmark is skipped, not faile
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 from pathlib import Path
+
+from openb import NODES, PODS, default_data_dir
 
 from kubegpu.sim.curves import PolicySummary
 from kubegpu.sim.replay import TieMode
@@ -39,14 +40,6 @@ PUBLISHED: dict[Policy, tuple[float, float, float, float]] = {
 }
 TOLERANCE = {p: (0.5 if p is Policy.RANDOM else 0.3) for p in PUBLISHED}
 EMPTY_FRAG, EMPTY_TOL = 13.94, 0.05
-NODES, PODS = "openb_node_list_gpu_node.csv", "openb_pod_list_default.csv"
-
-
-def default_data_dir() -> Path:
-    env = os.environ.get("KUBEGPU_OPENB_DIR")
-    if env:
-        return Path(env)
-    return Path(__file__).resolve().parents[1].parent / "shared" / "data" / "openb"
 
 
 def main() -> int:

@@ -21,14 +21,7 @@ import sys
 import time
 from pathlib import Path
 
-NODES, PODS = "openb_node_list_gpu_node.csv", "openb_pod_list_default.csv"
-
-
-def default_data_dir() -> Path:
-    env = os.environ.get("KUBEGPU_OPENB_DIR")
-    if env:
-        return Path(env)
-    return Path(__file__).resolve().parents[1].parent / "shared" / "data" / "openb"
+from openb import NODES, PODS, default_data_dir
 
 
 def kubegpu(*args: str) -> tuple[float, dict[str, object]]:

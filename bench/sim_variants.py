@@ -11,10 +11,11 @@ For each variant it prints the allocation at 130 % arrived (mean +- std over the
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import tempfile
 from pathlib import Path
+
+from openb import NODES, PODS, default_data_dir
 
 from kubegpu.sim.replay import TieMode
 from kubegpu.sim.run import SimRequest, parse_seeds, run_all, summarise_all
@@ -23,20 +24,12 @@ from kubegpu.sim.trace import load_nodes, load_pods, load_trace, write_pods
 from kubegpu.sim.variants import VariantKnobs, make_variant, pod_mix
 from kubegpu.sim.workload import prepare
 
-NODES, PODS = "openb_node_list_gpu_node.csv", "openb_pod_list_default.csv"
 VARIANTS = {
     "cpu-only 30 %": VariantKnobs(cpu_only=0.30, seed=1),
     "shared 80 % of GPU pods": VariantKnobs(shared=0.80, seed=2),
     "multi-GPU 20 % of GPU pods": VariantKnobs(multi_gpu=0.20, seed=3),
     "model-pinned 33 % of GPU pods": VariantKnobs(gpu_spec=0.33, seed=4),
 }
-
-
-def default_data_dir() -> Path:
-    env = os.environ.get("KUBEGPU_OPENB_DIR")
-    if env:
-        return Path(env)
-    return Path(__file__).resolve().parents[1].parent / "shared" / "data" / "openb"
 
 
 def main() -> int:
