@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 
 from tests.e2e.rig import images
-from tests.e2e.rig.rig import DEVICE_PLUGIN_DIR, NODE_NAME, Rig, RigError, build
+from tests.e2e.rig.rig import DEVICE_PLUGIN_DIR, NODE_NAME, Rig, RigError, build, preflight
 
 E2E_DIR = Path(__file__).resolve().parent
 IN_CI = os.environ.get("CI", "").lower() == "true"
@@ -52,25 +52,37 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
-    """Build (or find cached) binaries before any test starts: a cold build takes about 10 minutes,
-    far beyond the per-test timeout that would otherwise cover the session fixture's set-up."""
+    """Check the host and build (or find cached) binaries before any test starts: a cold build takes
+    about 20 minutes, far beyond the per-test timeout that would otherwise cover the session fixture's
+    set-up. A host the rig cannot use or a failed build ends the session here with one message, rather
+    than erroring every test with the same one."""
     if not any(i.get_closest_marker("e2e") for i in session.items) or os.geteuid() != 0:
         return
-    paths = Rig().paths
+    rig = Rig()
+    paths = rig.paths
+    if not rig.is_up():
+        problems = preflight(paths, binaries=False)
+        if problems:
+            _stop_session("the rig cannot start on this host:\n" + "\n".join(f"  - {p}" for p in problems))
     if not all(paths.bin(n).exists() for n in ("etcd", "kube-apiserver", "kubelet", "kubectl")):
         if not (shutil.which("go") or Path("/usr/local/go/bin/go").exists()):
-            return  # the rig fixture reports it
+            return  # the rig fixture reports it (a skip on a developer machine, a failure in CI)
         _say(
             session.config,
             f"[e2e] building Kubernetes {paths.k8s_version} and etcd {paths.etcd_version} "
-            f"into {paths.cache} (cold: about 10 minutes)",
+            f"into {paths.cache} (cold: about 20 minutes on 2 cores)",
         )
     capman = session.config.pluginmanager.getplugin("capturemanager")
     with capman.global_and_fixture_disabled() if capman is not None else contextlib.nullcontext():
         try:
             _build["seconds"] = build(paths)  # build.sh's progress goes straight to the terminal
         except RigError as exc:
-            _build["error"] = str(exc)
+            _stop_session(f"the rig's binaries could not be built: {exc}")
+
+
+def _stop_session(message: str) -> None:
+    """End the e2e session before the first test with one message and a failing exit status."""
+    pytest.exit(f"E2E NOT RUN: {message}", returncode=pytest.ExitCode.TESTS_FAILED)
 
 
 def cannot_run(reason: str) -> None:
@@ -106,8 +118,6 @@ def rig(request: pytest.FixtureRequest) -> Iterator[Rig]:
         else:
             if r.is_up() or r.paths.state.exists():
                 r.down()
-            if "error" in _build:
-                raise RigError(_build["error"])
             build_s = _build["seconds"] if "seconds" in _build else build(r.paths)
             _say(
                 request.config,
@@ -121,6 +131,8 @@ def rig(request: pytest.FixtureRequest) -> Iterator[Rig]:
     except RigError as exc:
         with contextlib.suppress(RigError):
             r.down()
+        # One failure for the suite, not one per test: stop the session after this test.
+        request.session.shouldfail = "the rig could not be started (the first error above says why)"
         pytest.fail(f"the rig could not be started: {exc}", pytrace=False)
     yield r
     _current_logs.remove(r.log_tails)

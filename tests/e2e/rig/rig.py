@@ -21,6 +21,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import ssl
 import subprocess
 import sys
@@ -190,10 +191,91 @@ def build(paths: Paths) -> float:
 # ----------------------------------------------------------------------------------------------- setup
 
 
-def ensure_host(paths: Paths) -> None:
-    """Root, Debian packages, kernel settings; installs missing packages with apt-get."""
+RIG_PORTS = {
+    ETCD_CLIENT_PORT: "etcd (client)",
+    ETCD_PEER_PORT: "etcd (peer)",
+    APISERVER_PORT: "kube-apiserver",
+    10257: "kube-controller-manager",
+    10259: "kube-scheduler",
+    10248: "kubelet (healthz)",
+    10250: "kubelet",
+}
+
+
+def _port_in_use(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("0.0.0.0", port))
+        except OSError:
+            return True
+    return False
+
+
+def _foreign_kubelet_root() -> str | None:
+    """Why /var/lib/kubelet cannot be used, and how to fix it; None when the rig may use it."""
+    if not KUBELET_ROOT.exists() or (KUBELET_ROOT / MARKER).exists():
+        return None
+    if not KUBELET_ROOT.is_dir():
+        return f"{KUBELET_ROOT} is not a directory; remove it"
+    entries = sorted(p.name for p in KUBELET_ROOT.iterdir())
+    if not entries:
+        return None
+    shown = ", ".join(entries[:5]) + (", …" if len(entries) > 5 else "")
+    hint = ""
+    if entries == ["device-plugins"]:
+        hint = (
+            " (only device-plugins/: typically left by running `kubegpu agent --device-plugin-dir "
+            f"{DEVICE_PLUGIN_DIR}` without a kubelet)"
+        )
+    return (
+        f"{KUBELET_ROOT} exists and was not made by the rig; it holds {shown}{hint}. The rig's kubelet "
+        f"must own it. If no kubelet runs on this host, remove it (`rm -rf {KUBELET_ROOT}`) and retry"
+    )
+
+
+def preflight(paths: Paths, *, binaries: bool = True) -> list[str]:
+    """Every precondition `up` needs that it will not fix itself, each with how to fix it.
+
+    Checked before any component starts (and, without the binaries, before a build), so a refusal
+    leaves nothing running."""
+    problems: list[str] = []
     if os.geteuid() != 0:
-        raise RigError("the rig needs root (containerd, runc, kubelet, mounts, cgroups)")
+        return ["the rig needs root (containerd, runc, kubelet, mounts, cgroups): run it with sudo"]
+    for name in ("etcd", *COMPONENTS[1:4], "kubelet", "kubectl") if binaries else ():
+        b = paths.bin(name)
+        if not (b.is_file() and os.access(b, os.X_OK)):
+            problems.append(f"missing binary {b}: run `make rig-build` (tests/e2e/rig/build.sh)")
+    cg = _run(["stat", "-f", "-c", "%T", "/sys/fs/cgroup"], check=False).stdout.strip()
+    if cg not in ("tmpfs", "cgroup2fs"):
+        problems.append(f"/sys/fs/cgroup is {cg!r}; the kubelet needs cgroup v1 (tmpfs) or v2 (cgroup2fs)")
+    elif cg == "tmpfs":
+        for ctl in ("cpu", "cpuacct", "cpuset", "memory", "pids"):
+            if not Path("/sys/fs/cgroup", ctl).is_dir():
+                problems.append(f"cgroup v1 controller {ctl} is not mounted under /sys/fs/cgroup")
+    foreign = _foreign_kubelet_root()
+    if foreign:
+        problems.append(foreign)
+    for port, who in sorted(RIG_PORTS.items()):
+        if _port_in_use(port):
+            problems.append(
+                f"port {port} ({who}) is already in use: another Kubernetes or rig runs here "
+                f"(`ss -ltnp 'sport = :{port}'` shows which process); stop it first"
+            )
+    try:
+        node_ip()
+    except RigError as exc:
+        problems.append(str(exc))
+    return problems
+
+
+def ensure_host(paths: Paths) -> None:
+    """Root, preconditions, Debian packages, kernel settings; installs missing packages with apt-get."""
+    problems = preflight(paths)
+    if problems:
+        raise RigError(
+            "the rig cannot start; nothing was started:\n" + "\n".join(f"  - {p}" for p in problems)
+        )
     missing = sorted({pkg for probe, pkg in REQUIRED_PACKAGES.items() if not Path(probe).exists()})
     apparmor = Path("/sys/module/apparmor/parameters/enabled")
     if apparmor.exists() and apparmor.read_text().strip() == "Y" and not shutil.which("apparmor_parser"):
@@ -203,16 +285,6 @@ def ensure_host(paths: Paths) -> None:
         env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
         _run(["apt-get", "update", "-q"], env=env)
         _run(["apt-get", "install", "-y", "-q", *missing], env=env)
-    for name in ("etcd", *COMPONENTS[1:4], "kubelet", "kubectl"):
-        if not paths.bin(name).exists():
-            raise RigError(f"missing binary {paths.bin(name)}; run `make rig-build` (tests/e2e/rig/build.sh)")
-    cg = _run(["stat", "-f", "-c", "%T", "/sys/fs/cgroup"]).stdout.strip()
-    if cg not in ("tmpfs", "cgroup2fs"):
-        raise RigError(f"/sys/fs/cgroup is {cg!r}; expected cgroup v1 (tmpfs) or v2 (cgroup2fs)")
-    if cg == "tmpfs":
-        for ctl in ("cpu", "cpuacct", "cpuset", "memory", "pids"):
-            if not Path("/sys/fs/cgroup", ctl).is_dir():
-                raise RigError(f"cgroup v1 controller {ctl} is not mounted under /sys/fs/cgroup")
     for key, value in (("net/ipv4/ip_forward", "1"), ("net/bridge/bridge-nf-call-iptables", "1")):
         f = Path("/proc/sys", key)
         if f.exists():
@@ -756,8 +828,9 @@ state = "{d / "state"}"
         _wait("kubelet /healthz", healthy, 90, lambda: self.log_tail("kubelet"))
 
     def _start_kubelet(self, ip: str) -> None:
-        if KUBELET_ROOT.exists() and not (KUBELET_ROOT / MARKER).exists() and any(KUBELET_ROOT.iterdir()):
-            raise RigError(f"{KUBELET_ROOT} exists and was not made by the rig; refusing to use it")
+        foreign = _foreign_kubelet_root()  # checked in preflight too; something may have appeared since
+        if foreign:
+            raise RigError(foreign)
         KUBELET_ROOT.mkdir(parents=True, exist_ok=True)
         (KUBELET_ROOT / MARKER).write_text(str(self.paths.state) + "\n")
         d = self.paths.component_dir("kubelet")
@@ -837,6 +910,8 @@ state = "{d / "state"}"
         except BaseException:
             log("start-up failed; component logs follow")
             print(self.log_tails(), file=sys.stderr)
+            self.stop_all()
+            log(f"stopped what had started; logs kept in {self.paths.logs} until the next `up` or `down`")
             raise
         self.timings["up"] = time.monotonic() - t_all
         (self.paths.state / "rig.json").write_text(
@@ -925,8 +1000,8 @@ state = "{d / "state"}"
                     link.unlink()
         shutil.rmtree(self.paths.state, ignore_errors=True)
 
-    def down(self) -> None:
-        t0 = time.monotonic()
+    def stop_all(self) -> None:
+        """Stop every component this rig started, its containers, shims, mounts and bridge; keep state."""
         self._delete_pods()
         self.stop("kubelet")
         self._clean_containers()
@@ -935,6 +1010,11 @@ state = "{d / "state"}"
         self._stop_shims()
         if Path(f"/sys/class/net/{BRIDGE}").exists():
             _run(["ip", "link", "delete", BRIDGE], check=False)
+        self._unmount_all()
+
+    def down(self) -> None:
+        t0 = time.monotonic()
+        self.stop_all()
         self._remove_state()
         log(f"rig down in {time.monotonic() - t0:.1f} s")
 
@@ -950,6 +1030,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "build":
             log(f"build: {build(rig.paths):.1f} s")
         elif args.command == "up":
+            if not rig.is_up():
+                problems = preflight(rig.paths, binaries=False)
+                if problems:
+                    raise RigError(
+                        "the rig cannot start; nothing was started:\n"
+                        + "\n".join(f"  - {p}" for p in problems)
+                    )
             log(f"build (cached binaries are reused): {build(rig.paths):.1f} s")
             rig.up()
         elif args.command == "down":

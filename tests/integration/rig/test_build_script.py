@@ -1,0 +1,191 @@
+"""The rig's build script (tests/e2e/rig/build.sh) against a stand-in Go toolchain.
+
+Why: a cold build takes twenty minutes, so its failure modes (two builds on one cache, a binary that
+does not run, a cached binary that was truncated, a step silent for minutes) cannot be found by running
+it for real in the fast suite. The stand-in `go` below does what the script asks of the real one
+(`mod init|edit|download -json|tidy`, `build -o OUT`) and writes tiny shell programs that print the
+version the way the real binaries do; each test then runs the real script as a subprocess.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import subprocess
+import textwrap
+import threading
+from pathlib import Path
+
+import pytest
+
+BUILD_SH = Path(__file__).resolve().parents[2] / "e2e" / "rig" / "build.sh"
+K8S = "v1.34.4"
+ETCD = "v3.6.16"
+K8S_CMDS = ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet", "kubectl")
+
+pytestmark = pytest.mark.integration
+
+FAKE_GO = r"""#!/usr/bin/env bash
+# A stand-in for `go`: enough of it for build.sh. Logs every `build` to $FAKE_GO_LOG.
+set -euo pipefail
+case "$1" in
+  mod)
+    case "$2" in
+      init|edit) exit 0 ;;
+      tidy) sleep "${FAKE_GO_TIDY_S:-0}"; exit 0 ;;
+      download) printf '{\n\t"GoMod": "%s",\n}\n' "$FAKE_GO_UPSTREAM_MOD"; exit 0 ;;
+    esac ;;
+  build)
+    shift; out=""
+    while (( $# > 1 )); do
+      case "$1" in -o) out=$2; shift 2 ;; -ldflags|-tags) shift 2 ;; *) shift ;; esac
+    done
+    pkg=$1; name=${pkg##*/}; [[ "$pkg" == go.etcd.io/* ]] && name=etcd
+    echo "$name" >> "$FAKE_GO_LOG"
+    sleep "${FAKE_GO_BUILD_S:-0}"
+    if [[ "${FAKE_GO_FAIL:-}" == "$name" ]]; then echo "compile error in $name" >&2; exit 1; fi
+    if [[ "${FAKE_GO_BROKEN:-}" == "$name" ]]; then
+      printf 'not a program' > "$out"; chmod +x "$out"; exit 0
+    fi
+    case "$name" in
+      etcd) body='echo "etcd Version: ${ETCD#v}"; echo "Git SHA: fake"' ;;
+      kubectl) body='echo "Client Version: $K8S"; echo "Kustomize Version: v5"' ;;
+      *) body='echo "Kubernetes $K8S"' ;;
+    esac
+    printf '#!/bin/sh\n%s\n' "$body" > "$out"; chmod +x "$out"; exit 0 ;;
+esac
+echo "fake go: unexpected: $*" >&2; exit 2
+"""
+
+
+class FakeToolchain:
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.cache = root / "cache"
+        self.go = root / "go"
+        self.build_log = root / "builds.log"
+        script = FAKE_GO.replace("${ETCD#v}", ETCD.removeprefix("v")).replace("$K8S", K8S)
+        self.go.write_text(script)
+        self.go.chmod(self.go.stat().st_mode | stat.S_IXUSR)
+        upstream = root / "upstream.mod"
+        upstream.write_text(
+            textwrap.dedent(
+                """\
+                module k8s.io/kubernetes
+                require (
+                \tk8s.io/api v0.0.0
+                \tk8s.io/client-go v0.0.0
+                )
+                """
+            )
+        )
+        self.env = {
+            "PATH": os.environ["PATH"],
+            "HOME": str(root),
+            "GO": str(self.go),
+            "KUBEGPU_RIG_CACHE": str(self.cache),
+            "KUBEGPU_RIG_K8S_VERSION": K8S,
+            "KUBEGPU_RIG_ETCD_VERSION": ETCD,
+            "KUBEGPU_RIG_NICE": "0",
+            "FAKE_GO_LOG": str(self.build_log),
+            "FAKE_GO_UPSTREAM_MOD": str(upstream),
+        }
+
+    def run(self, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            ["bash", str(BUILD_SH), *args],
+            env={**self.env, **env},
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+
+    def bin(self, name: str) -> Path:
+        if name == "etcd":
+            return self.cache / "bin" / f"etcd-{ETCD}" / "etcd"
+        return self.cache / "bin" / f"k8s-{K8S}" / name
+
+    def builds(self) -> list[str]:
+        return self.build_log.read_text().split() if self.build_log.exists() else []
+
+
+@pytest.fixture
+def go(tmp_path: Path) -> FakeToolchain:
+    return FakeToolchain(tmp_path)
+
+
+def test_a_cold_build_yields_every_binary_verified_and_a_warm_one_builds_nothing(go: FakeToolchain) -> None:
+    cold = go.run("all")
+    assert cold.returncode == 0, cold.stderr
+    assert sorted(go.builds()) == sorted(("etcd", *K8S_CMDS))
+    assert "verified: etcd" in cold.stderr
+    assert "rig build finished" in cold.stderr
+    for name in ("etcd", *K8S_CMDS):
+        assert os.access(go.bin(name), os.X_OK), name
+    warm = go.run("all")
+    assert warm.returncode == 0, warm.stderr
+    assert len(go.builds()) == 6, "a warm run rebuilt something"
+    assert "cached in" in warm.stderr
+
+
+def test_two_builds_on_one_cache_wait_for_each_other_and_both_end_with_all_binaries(
+    go: FakeToolchain,
+) -> None:
+    results: list[subprocess.CompletedProcess[str]] = []
+
+    def one() -> None:
+        results.append(go.run("all", FAKE_GO_BUILD_S="0.3"))
+
+    threads = [threading.Thread(target=one) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert [r.returncode for r in results] == [0, 0], [r.stderr for r in results]
+    assert sorted(go.builds()) == sorted(("etcd", *K8S_CMDS)), "a binary was built twice"
+    assert any("another rig build holds" in r.stderr for r in results)
+    for name in ("etcd", *K8S_CMDS):
+        assert os.access(go.bin(name), os.X_OK), name
+
+
+def test_a_binary_that_does_not_run_stops_the_build_naming_it_and_is_not_left_in_place(
+    go: FakeToolchain,
+) -> None:
+    result = go.run("all", FAKE_GO_BROKEN="kube-scheduler")
+    assert result.returncode != 0
+    failed = [line for line in result.stderr.splitlines() if "FAILED" in line]
+    assert len(failed) == 1 and "kube-scheduler" in failed[0], result.stderr
+    assert "finished" not in result.stderr
+    assert not go.bin("kube-scheduler").exists()
+    assert not list(go.bin("kube-scheduler").parent.glob("*.tmp.*")), "a temporary file was left"
+
+
+def test_a_failed_compile_names_the_binary(go: FakeToolchain) -> None:
+    result = go.run("all", FAKE_GO_FAIL="kubelet")
+    assert result.returncode != 0
+    assert "kubelet: go build exited non-zero" in result.stderr
+    assert "finished" not in result.stderr
+
+
+def test_a_truncated_cached_binary_is_rebuilt_and_the_rest_are_kept(go: FakeToolchain) -> None:
+    assert go.run("all").returncode == 0
+    go.bin("etcd").write_bytes(b"\x7fELF truncated")
+    result = go.run("all")
+    assert result.returncode == 0, result.stderr
+    assert go.builds().count("etcd") == 2
+    assert all(go.builds().count(c) == 1 for c in K8S_CMDS)
+    assert "rebuilding it" in result.stderr
+
+
+def test_a_long_step_prints_progress(go: FakeToolchain) -> None:
+    result = go.run("etcd", FAKE_GO_BUILD_S="2.5", KUBEGPU_RIG_PROGRESS_S="1")
+    assert result.returncode == 0, result.stderr
+    assert "etcd v3.6.16: still running (" in result.stderr
+
+
+def test_no_go_toolchain_is_one_clear_line(go: FakeToolchain, tmp_path: Path) -> None:
+    result = go.run("all", GO=str(tmp_path / "no-such-go"))
+    assert result.returncode != 0
+    assert "no Go toolchain" in result.stderr
+    assert not go.cache.exists()
