@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from kubegpu.errors import InputError
 from kubegpu.model.mig import MigProfile
 
 __all__ = [
@@ -27,9 +28,9 @@ __all__ = [
 def decode_ms(weight_gb: float, bandwidth_gbs: float, share: float = 1.0) -> float:
     """Lower bound of one batch-1 decode step: read ``weight_gb`` at ``share`` of the bandwidth."""
     if weight_gb < 0:
-        raise ValueError("weight_gb must not be negative")
+        raise InputError("weight_gb must not be negative")
     if bandwidth_gbs <= 0 or not 0 < share <= 1:
-        raise ValueError("bandwidth must be positive and share in (0, 1]")
+        raise InputError("bandwidth must be positive and share in (0, 1]")
     return weight_gb / (bandwidth_gbs * share) * 1000.0
 
 
@@ -50,21 +51,21 @@ def mig_layout(profile: MigProfile) -> MigShare:
 def timeslice_latency(base_ms: float, tenants: int) -> float:
     """Time-slicing: ``tenants`` take turns on the whole card, so one request waits ``tenants`` turns."""
     if tenants < 1:
-        raise ValueError("tenants must be at least 1")
+        raise InputError("tenants must be at least 1")
     return base_ms * tenants
 
 
 def allreduce_ring_bytes(n: int, size_bytes: float) -> float:
     """Bytes each GPU sends in a ring all-reduce of ``size_bytes`` over ``n`` GPUs: 2(n-1)/n x size."""
     if n < 1:
-        raise ValueError("n must be at least 1")
+        raise InputError("n must be at least 1")
     return 2 * (n - 1) / n * size_bytes
 
 
 def allreduce_us(n: int, size_mb: float, link_gbs: float) -> float:
     """Time of one ring all-reduce in microseconds, bandwidth term only (no latency)."""
     if link_gbs <= 0:
-        raise ValueError("link bandwidth must be positive")
+        raise InputError("link bandwidth must be positive")
     return allreduce_ring_bytes(n, size_mb * 1e6) / (link_gbs * 1e9) * 1e6
 
 

@@ -14,17 +14,21 @@ single line on stderr and the exit code the class carries; anything else reachin
     │   └── TraceError                    a cluster trace CSV is wrong
     ├── AllocationError           exit 1  a device request cannot be satisfied
     ├── MigLayoutError            exit 1  a MIG layout breaks the placement rules
-    └── SourceError               exit 1  a GPU source (NVML, the host) cannot be read
+    ├── SourceError               exit 1  a GPU source (NVML, the host) cannot be read
+    └── ProbeFailed               exit 1  a doctor probe cannot read what a check needs
+        └── ClusterUnreachable            the API server cannot be reached, or the credentials fail
 """
 
 from __future__ import annotations
 
 __all__ = [
     "AllocationError",
+    "ClusterUnreachable",
     "ConfigError",
     "InputError",
     "KubegpuError",
     "MigLayoutError",
+    "ProbeFailed",
     "SourceError",
     "SpecError",
     "TopologyParseError",
@@ -70,3 +74,11 @@ class MigLayoutError(KubegpuError):
 
 class SourceError(KubegpuError):
     """A source of GPUs (NVML, the host) failed in a way the user must act on."""
+
+
+class ProbeFailed(KubegpuError):
+    """A doctor probe could not read what a check needs (API gone mid-run, ...); the check reports fail."""
+
+
+class ClusterUnreachable(ProbeFailed):
+    """The API server cannot be reached or the credentials do not work; the message says which."""

@@ -51,7 +51,9 @@ def lint(tree: Path) -> subprocess.CompletedProcess[str]:
 
 def broken(output: str) -> set[str]:
     """The rules whose contract lint-imports reports BROKEN in its summary (names may wrap lines)."""
-    summary = output.split("Contracts:", 1)[0].split("\n-------------------------------------\n")[-1]
+    summary = output.split("Contracts:", 1)[0].rsplit(
+        "\n-------------------------------------\n", maxsplit=1
+    )[-1]
     return {
         rule
         for rule, verdict in re.findall(r"\b(R\d+) .*?(KEPT|BROKEN)", summary, re.S)

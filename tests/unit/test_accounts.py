@@ -12,6 +12,7 @@ from kubegpu.accounts import (
     mig_layout,
     timeslice_latency,
 )
+from kubegpu.errors import InputError
 from kubegpu.model.mig import profile
 
 
@@ -51,9 +52,9 @@ def test_exercise_two_allreduce_inside_vs_across_nvlink_groups() -> None:
 
 
 def test_nonsense_inputs_are_rejected() -> None:
-    with pytest.raises(ValueError):
+    with pytest.raises(InputError):
         decode_ms(-1, 3350)
-    with pytest.raises(ValueError):
+    with pytest.raises(InputError):
         decode_ms(1, 3350, 0)
-    with pytest.raises(ValueError):
+    with pytest.raises(InputError):
         timeslice_latency(1.0, 0)

@@ -7,7 +7,11 @@ from kubegpu import errors
 
 def test_all_is_sorted_and_complete() -> None:
     assert list(errors.__all__) == sorted(errors.__all__)
-    exported = {name for name in dir(errors) if name.endswith("Error") and not name.startswith("_")}
+    exported = {
+        name
+        for name, value in vars(errors).items()
+        if isinstance(value, type) and issubclass(value, Exception) and not name.startswith("_")
+    }
     assert exported == set(errors.__all__)
 
 

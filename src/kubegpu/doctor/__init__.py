@@ -6,10 +6,11 @@ the Kubernetes API), run in chain order by ``run_checks``; see ``docs/doctor.md`
 """
 
 from kubegpu.doctor.chain import Check, Report, run_checks
-from kubegpu.doctor.clusterprobe import ClusterApi, ClusterUnreachable, LiveCluster, RecordedCluster
+from kubegpu.doctor.clusterprobe import ClusterApi, LiveCluster, RecordedCluster
 from kubegpu.doctor.finding import CheckId, Finding, Layer, Status
 from kubegpu.doctor.hostprobe import HostProbe
 from kubegpu.doctor.reports import cluster_report, full_report, node_report, pod_report
+from kubegpu.errors import ClusterUnreachable
 
 __all__ = [
     "Check",

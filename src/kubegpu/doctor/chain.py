@@ -13,14 +13,11 @@ from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 from kubegpu.doctor.finding import CheckId, Finding, Layer, Outcome, Status
+from kubegpu.errors import ProbeFailed
 
-__all__ = ["Check", "ProbeFailed", "Report", "run_checks"]
+__all__ = ["Check", "Report", "run_checks"]
 
 C = TypeVar("C")
-
-
-class ProbeFailed(Exception):
-    """A probe could not read what a check needs (API gone mid-run, ...); the check reports ``fail``."""
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -14,8 +14,9 @@ from functools import cached_property
 from typing import Any
 
 from kubegpu.doctor.chain import Check
-from kubegpu.doctor.clusterprobe import ApiObject, ClusterApi, ClusterUnreachable, dig
+from kubegpu.doctor.clusterprobe import ApiObject, ClusterApi, dig
 from kubegpu.doctor.finding import CheckId, Layer, Outcome, fail, ok, skip, warn
+from kubegpu.errors import ClusterUnreachable
 
 __all__ = [
     "CLUSTER_CHECKS",

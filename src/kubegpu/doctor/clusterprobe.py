@@ -15,13 +15,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from kubegpu.doctor.chain import ProbeFailed
-from kubegpu.errors import InputError
+from kubegpu.errors import ClusterUnreachable, InputError
 
 __all__ = [
     "ApiObject",
     "ClusterApi",
-    "ClusterUnreachable",
     "LiveCluster",
     "RecordedCluster",
     "dig",
@@ -29,10 +27,6 @@ __all__ = [
 
 ApiObject = dict[str, Any]
 REQUEST_TIMEOUT_S = (3.0, 10.0)  # connect, read
-
-
-class ClusterUnreachable(ProbeFailed):
-    """The API server cannot be reached or the credentials do not work; the message says which."""
 
 
 class ClusterApi(Protocol):

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from kubegpu.doctor.chain import Check, ProbeFailed, run_checks
+from kubegpu.doctor.chain import Check, run_checks
 from kubegpu.doctor.finding import CheckId, Layer, Outcome, Status, fail, ok
+from kubegpu.errors import ProbeFailed
 
 
 def check(name: str, outcome: Outcome | Exception, *needs: str) -> Check[None]:
