@@ -13,6 +13,7 @@ Where kubegpu chose to differ, the row says so and docs/config.md lists the diff
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -174,6 +175,9 @@ CASES: list[tuple[str, str, Outcome]] = [
     ("renameByDefault: other renames are ignored",
      ts("{name: gpu, replicas: 2, rename: gpu-ts}", head="    renameByDefault: true\n"),
      Accepted({"nvidia.com/gpu.shared": 4}, warns=(f"{RES}.rename",))),
+    # Go's JSON decoder leaves a bool unset on null: renameByDefault stays false
+    ("renameByDefault: null is false", ts("{name: gpu, replicas: 2}", head="    renameByDefault:\n"),
+     Accepted(SHARED_ALL)),
     ("rename without renameByDefault is ignored", ts("{name: gpu, replicas: 2, rename: gpu-ts}"),
      Accepted(SHARED_ALL, warns=(f"{RES}.rename",))),
     # --- config_test.go: MPS defaults failRequestsGreaterThanOne to true (checked below) ---------------
@@ -251,19 +255,19 @@ def test_nvidia_config_case(tmp_path: Path, case: str, text: str, outcome: Outco
 def test_refusals_name_the_file_and_the_key_path(tmp_path: Path) -> None:
     path = tmp_path / "config.yaml"
     path.write_text(devices('"not-all"'))
-    with pytest.raises(ConfigError, match=rf"^{path}: {RES}\.devices: "):
+    with pytest.raises(ConfigError, match="^" + re.escape(f"{path}: {RES}.devices: ")):
         load_config(path)
 
 
 def test_mps_fail_requests_default_true_and_explicit_false_is_kept(tmp_path: Path) -> None:
     # config_test.go: TestNewConfigDefaultsMPSFailRequestsGreaterThanOne and
     # TestNewConfigHonorsExplicitMPSFailRequestsGreaterThanOneFalse
-    base = MPS + "{extra}    resources:\n    - {{name: gpu, replicas: 2}}\n"
+    resources = "    resources:\n    - {name: gpu, replicas: 2}\n"
     path = tmp_path / "config.yaml"
-    path.write_text(base.format(extra=""))
+    path.write_text(MPS + resources)
     sharing = load_config(path).sharing
     assert sharing is not None and sharing.fail_requests_greater_than_one is True
-    path.write_text(base.format(extra="    failRequestsGreaterThanOne: false\n"))
+    path.write_text(MPS + "    failRequestsGreaterThanOne: false\n" + resources)
     sharing = load_config(path).sharing
     assert sharing is not None and sharing.fail_requests_greater_than_one is False
 
