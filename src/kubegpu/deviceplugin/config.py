@@ -5,8 +5,12 @@ flag as well. Precedence is CLI flag > environment variable > config file > defa
 plugin. Loading is all-or-nothing: the first invalid value raises ``ConfigError`` naming where it came
 from (``config.yaml: flags.plugin.deviceListStrategy[1]``, ``env DEVICE_ID_STRATEGY``,
 ``--mig-strategy``) and the allowed values; nothing is half-applied. Keys NVIDIA defines but kubegpu
-does not act on (``flags.gfd``, ``resources``, ``imex`` …) are accepted and reported as warnings;
-unknown keys inside ``kubegpu:`` are errors, because that schema is ours.
+does not act on (``flags.gfd``, ``resources``, ``imex`` …) are checked as NVIDIA checks them, then
+reported as warnings; unknown keys inside ``kubegpu:`` are errors, because that schema is ours.
+
+NVIDIA's own keys mean what NVIDIA's plugin makes of them: resource names follow its rule (``gpu`` is
+``nvidia.com/gpu``), and ``rename`` and ``devices`` of ``sharing.*.resources[]`` are checked, then
+ignored with a warning, as NVIDIA's plugin ignores them. What kubegpu adds lives under ``kubegpu:``.
 
 The ``kubegpu:`` section (documented in docs/config.md)::
 
@@ -23,11 +27,13 @@ The ``kubegpu:`` section (documented in docs/config.md)::
       sharing:
         replicas: {"0": 4, "GPU-…": 2}  # per-GPU replica counts (index or UUID)
         exclusive: [6, 7]               # GPUs kept whole while the others are shared
+        rename: {nvidia.com/gpu: nvidia.com/gpu-ts}   # the shared resource's name
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
@@ -52,6 +58,7 @@ __all__ = [
     "Sharing",
     "SharingKind",
     "load_config",
+    "resource_name",
 ]
 
 E = TypeVar("E", bound=Enum)
@@ -82,12 +89,12 @@ class SharingKind(Enum):
 
 @dataclass(frozen=True, kw_only=True)
 class SharedResource:
-    """One ``sharing.<kind>.resources[]`` entry; ``devices`` None means every device of the resource."""
+    """One ``sharing.<kind>.resources[]`` entry, as NVIDIA's plugin runs it: every device of ``name``
+    is shared. ``rename`` is kubegpu's ``kubegpu.sharing.rename`` for it (None: NVIDIA's naming)."""
 
     name: str
     replicas: int
     rename: str | None = None
-    devices: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -185,7 +192,7 @@ _NVIDIA_TOP = {"version", "flags", "resources", "sharing", "imex", "kubegpu"}
 _KUBEGPU_TOP = {"allocationPolicy", "replicaPolicy", "cdiKind", "preStartCheck", "health", "sharing"}
 _KUBEGPU_HEALTH = {"disabled", "ignoredXids", "fatalXids", "ecc"}
 _KUBEGPU_ECC = {"doubleBit", "singleBit"}
-_KUBEGPU_SHARING = {"replicas", "exclusive"}
+_KUBEGPU_SHARING = {"replicas", "exclusive", "rename"}
 _SHARING_KEYS = {"renameByDefault", "failRequestsGreaterThanOne", "resources"}
 _SHARED_RESOURCE_KEYS = {"name", "replicas", "rename", "devices"}
 _UNUSED_NVIDIA = {
@@ -296,6 +303,145 @@ def _env_xids(where: str, value: str) -> frozenset[int]:
     return frozenset(out)
 
 
+# --- NVIDIA's rules for resource names and device references -------------------------------------
+
+RESOURCE_NAME_PREFIX = "nvidia.com"
+MAX_RESOURCE_NAME_LENGTH = 63  # the whole name, prefix included
+SHARED_SUFFIX = ".shared"
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_UINT = re.compile(r"^[0-9]+$")
+_HEX_UUID = re.compile(r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$")
+_HEX32 = re.compile(r"^[0-9a-fA-F]{32}$")
+_DEVICES_ALLOWED = (
+    "allowed: 'all', a count of devices greater than 0, or a list of GPU indices, MIG indices "
+    '("<gpu>:<mig>") and GPU or MIG UUIDs'
+)
+
+
+def resource_name(where: str, value: object) -> str:
+    """A resource name as NVIDIA reads it: without the ``nvidia.com/`` prefix it is added (``gpu`` is
+    ``nvidia.com/gpu``); the whole name has at most 63 characters and the part after the prefix is a
+    DNS subdomain (lower-case letters, digits, ``-`` and ``.``)."""
+    if not isinstance(value, str):
+        raise ConfigError(f"{where}: {value!r} is not a resource name; e.g. nvidia.com/gpu")
+    full = value if value.startswith(RESOURCE_NAME_PREFIX + "/") else f"{RESOURCE_NAME_PREFIX}/{value}"
+    if len(full) > MAX_RESOURCE_NAME_LENGTH:
+        raise ConfigError(
+            f"{where}: {full!r} has {len(full)} characters; a resource name has at most "
+            f"{MAX_RESOURCE_NAME_LENGTH}"
+        )
+    short = full.split("/", 1)[1]
+    if len(short) > 253 or not _DNS_SUBDOMAIN.match(short):
+        raise ConfigError(
+            f"{where}: {full!r} is not a valid resource name: after {RESOURCE_NAME_PREFIX}/ it must be a "
+            f"DNS subdomain (lower-case letters, digits, '-' and '.', starting and ending with a letter "
+            f"or digit); names without {RESOURCE_NAME_PREFIX}/ are put under it"
+        )
+    return full
+
+
+def _is_uint(text: str) -> bool:
+    return bool(_UINT.match(text)) and int(text) < 2**64
+
+
+def _is_uuid(text: str) -> bool:
+    """The forms NVIDIA's UUID parser accepts: canonical, 32 hex digits, ``{canonical}``, ``urn:uuid:``."""
+    if text.lower().startswith("urn:uuid:"):
+        return bool(_HEX_UUID.match(text[9:]))
+    if text.startswith("{") and text.endswith("}"):
+        return bool(_HEX_UUID.match(text[1:-1]))
+    return bool(_HEX_UUID.match(text) or _HEX32.match(text))
+
+
+def _is_device_ref(text: str) -> bool:
+    """A GPU index (``0``), a MIG index (``0:1``), a GPU UUID (``GPU-<uuid>``) or a MIG UUID
+    (``MIG-<uuid>`` or ``MIG-GPU-<uuid>/<gi>/<ci>``)."""
+    if _is_uint(text):
+        return True
+    gpu, colon, mig = text.partition(":")
+    if colon and _is_uint(gpu) and _is_uint(mig):
+        return True
+    if text.startswith("GPU-"):
+        return _is_uuid(text[4:])
+    if text.startswith("MIG-"):
+        rest = text[4:]
+        if _is_uuid(rest):
+            return True
+        parts = rest.split("/", 2)
+        return (
+            len(parts) == 3
+            and parts[0].startswith("GPU-")
+            and _is_uuid(parts[0][4:])
+            and all(_is_uint(p) for p in parts[1:])
+        )
+    return False
+
+
+def _check_devices(where: str, value: object) -> bool:
+    """Check ``devices`` as NVIDIA does; True when it is ``all``."""
+    if isinstance(value, str):
+        if value != "all":
+            raise ConfigError(f"{where}: {value!r} is not allowed; {_DEVICES_ALLOWED}")
+        return True
+    if isinstance(value, int) and not isinstance(value, bool):
+        if value <= 0:
+            raise ConfigError(f"{where}: {value!r} is not allowed; {_DEVICES_ALLOWED}")
+        return False
+    if isinstance(value, list):
+        for j, item in enumerate(value):
+            if isinstance(item, int) and not isinstance(item, bool) and item >= 0:
+                continue
+            if isinstance(item, str) and _is_device_ref(item):
+                continue
+            raise ConfigError(
+                f'{where}[{j}]: {item!r} is not a GPU index, a MIG index ("<gpu>:<mig>"), a GPU UUID '
+                f"(GPU-<uuid>) or a MIG UUID (MIG-<uuid>, MIG-GPU-<uuid>/<gi>/<ci>)"
+            )
+        return False
+    raise ConfigError(f"{where}: {value!r} is not allowed; {_DEVICES_ALLOWED}")
+
+
+def _check_resources_section(prefix: str, value: object) -> None:
+    """NVIDIA's top-level ``resources`` (``gpus``/``mig`` lists of ``{pattern, name}``): its plugin
+    checks it, then drops it; so does kubegpu."""
+    if value is None:
+        return
+    where = f"{prefix}resources"
+    if not isinstance(value, dict):
+        raise ConfigError(
+            f"{where}: must be a mapping with 'gpus' and 'mig' lists of {{pattern, name}}, "
+            f"not {type(value).__name__}"
+        )
+    for key in ("gpus", "mig"):
+        items = value.get(key)
+        if items is None:
+            continue
+        if not isinstance(items, list):
+            raise ConfigError(f"{where}.{key}: must be a list of {{pattern, name}} entries")
+        for i, raw in enumerate(items):
+            ew = f"{where}.{key}[{i}]"
+            entry = _mapping(ew, raw)
+            if "pattern" not in entry:
+                raise ConfigError(f"{ew}.pattern: missing; e.g. '*'")
+            if not isinstance(entry["pattern"], str):
+                raise ConfigError(f"{ew}.pattern: {entry['pattern']!r} is not a string")
+            if "name" not in entry:
+                raise ConfigError(f"{ew}.name: missing; e.g. gpu")
+            resource_name(f"{ew}.name", entry["name"])
+
+
+def _check_imex(prefix: str, value: object) -> None:
+    """NVIDIA's ``imex``: ``channelIDs`` is ``[]`` or ``[0]``, ``required`` a boolean."""
+    imex = _mapping(f"{prefix}imex", value)
+    ids = imex.get("channelIDs")
+    if ids is not None and not (
+        isinstance(ids, list) and (ids == [] or (len(ids) == 1 and type(ids[0]) is int and ids[0] == 0))
+    ):
+        raise ConfigError(f"{prefix}imex.channelIDs: {ids!r} is not allowed; allowed: [] or [0]")
+    if imex.get("required") is not None:
+        _bool(f"{prefix}imex.required", imex["required"])
+
+
 # --- the file ------------------------------------------------------------------------------------
 
 
@@ -351,43 +497,72 @@ def _check_keys(where: str, mapping: dict[str, Any], allowed: set[str], *, stric
     return warnings
 
 
-def _parse_sharing_kind(prefix: str, kind: SharingKind, raw: dict[str, Any]) -> Sharing:
-    where = f"{prefix}sharing.{kind.value}"
-    _check_keys(where, raw, _SHARING_KEYS, strict=True)
-    rename_by_default = _bool(f"{where}.renameByDefault", raw.get("renameByDefault", False))
-    fail_default = kind is SharingKind.MPS
-    fail = _bool(f"{where}.failRequestsGreaterThanOne", raw.get("failRequestsGreaterThanOne", fail_default))
-    resources_raw = raw.get("resources") or []
-    if not isinstance(resources_raw, list):
-        raise ConfigError(f"{where}.resources: must be a list of {{name, replicas}} entries")
-    resources = []
-    for i, raw_entry in enumerate(resources_raw):
-        ew = f"{where}.resources[{i}]"
-        entry = _mapping(ew, raw_entry)
-        _check_keys(ew, entry, _SHARED_RESOURCE_KEYS, strict=True)
-        if "name" not in entry:
-            raise ConfigError(f"{ew}.name: missing; e.g. nvidia.com/gpu")
-        name = _str(f"{ew}.name", entry["name"])
-        replicas = entry.get("replicas")
-        if isinstance(replicas, bool) or not isinstance(replicas, int) or not 2 <= replicas <= MAX_REPLICAS:
-            raise ConfigError(
-                f"{ew}.replicas: {replicas!r} must be an integer of at least 2 and at most {MAX_REPLICAS}"
+def _replicas(where: str, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 2 <= value <= MAX_REPLICAS:
+        raise ConfigError(f"{where}: {value!r} must be an integer of at least 2 and at most {MAX_REPLICAS}")
+    return value
+
+
+def _parse_shared_resource(
+    ew: str, raw: object, *, rename_by_default: bool, warnings: list[str]
+) -> SharedResource:
+    """One ``resources[]`` entry, checked as NVIDIA checks it and then run as NVIDIA's plugin runs it:
+    ``rename`` and ``devices`` are dropped with a warning (its ``DisableResourceNamingInConfig``)."""
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{ew}: must be a mapping with name and replicas, not {type(raw).__name__}")
+    entry: dict[str, Any] = raw
+    _check_keys(ew, entry, _SHARED_RESOURCE_KEYS, strict=True)
+    if "name" not in entry:
+        raise ConfigError(f"{ew}.name: missing; e.g. nvidia.com/gpu")
+    name = resource_name(f"{ew}.name", entry["name"])
+    all_devices = _check_devices(f"{ew}.devices", entry.get("devices", "all"))
+    if "replicas" not in entry:
+        raise ConfigError(f"{ew}.replicas: missing; e.g. replicas: 4 (at least 2)")
+    replicas = _replicas(f"{ew}.replicas", entry["replicas"])
+    shared_name = name + SHARED_SUFFIX if rename_by_default else name
+    if "rename" in entry:
+        rename = resource_name(f"{ew}.rename", entry["rename"])
+        if not (rename_by_default and rename == shared_name):
+            warnings.append(
+                f"{ew}.rename: {rename} is ignored, as NVIDIA's plugin ignores it; the shared resource "
+                f"is {shared_name} (renameByDefault picks {name}{SHARED_SUFFIX}; kubegpu.sharing.rename "
+                f"any name)"
             )
-        rename = entry.get("rename")
-        if rename is not None:
-            rename = _str(f"{ew}.rename", rename)
-        devices_raw = entry.get("devices", "all")
-        devices: tuple[str, ...] | None
-        if devices_raw == "all" or devices_raw is None:
-            devices = None
-        elif isinstance(devices_raw, list):
-            for j, d in enumerate(devices_raw):
-                if isinstance(d, bool) or not isinstance(d, int | str):
-                    raise ConfigError(f"{ew}.devices[{j}]: {d!r} must be a GPU index or UUID")
-            devices = tuple(str(d) for d in devices_raw)
-        else:
-            raise ConfigError(f"{ew}.devices: {devices_raw!r} must be 'all' or a list of GPU indices/UUIDs")
-        resources.append(SharedResource(name=name, replicas=replicas, rename=rename, devices=devices))
+    if not all_devices:
+        warnings.append(
+            f"{ew}.devices: {entry['devices']!r} is ignored, as NVIDIA's plugin ignores it: every device "
+            f"of {name} is shared (kubegpu.sharing.exclusive keeps chosen GPUs whole)"
+        )
+    return SharedResource(name=name, replicas=replicas)
+
+
+def _parse_sharing_kind(prefix: str, kind: SharingKind, raw: object, warnings: list[str]) -> Sharing:
+    where = f"{prefix}sharing.{kind.value}"
+    # An empty ``timeSlicing:`` (null) reaches NVIDIA's reader like ``{}``: no resources, refused.
+    section = _mapping(where, raw)
+    _check_keys(where, section, _SHARING_KEYS, strict=True)
+    rename_raw = section.get("renameByDefault")
+    rename_by_default = False if rename_raw is None else _bool(f"{where}.renameByDefault", rename_raw)
+    fail_raw = section.get("failRequestsGreaterThanOne")
+    fail_default = kind is SharingKind.MPS
+    fail = fail_default if fail_raw is None else _bool(f"{where}.failRequestsGreaterThanOne", fail_raw)
+    if "resources" not in section:
+        raise ConfigError(
+            f"{where}.resources: missing; list at least one {{name, replicas}} entry, or remove {where}"
+        )
+    resources_raw = section["resources"]
+    if resources_raw is not None and not isinstance(resources_raw, list):
+        raise ConfigError(f"{where}.resources: must be a list of {{name, replicas}} entries")
+    if not resources_raw:
+        raise ConfigError(
+            f"{where}.resources: at least one {{name, replicas}} entry is needed, or remove {where}"
+        )
+    resources = [
+        _parse_shared_resource(
+            f"{where}.resources[{i}]", entry, rename_by_default=rename_by_default, warnings=warnings
+        )
+        for i, entry in enumerate(resources_raw)
+    ]
     names = [r.name for r in resources]
     for name in names:
         if names.count(name) > 1:
@@ -400,20 +575,32 @@ def _parse_sharing_kind(prefix: str, kind: SharingKind, raw: dict[str, Any]) -> 
     )
 
 
-def _parse_sharing(prefix: str, data: dict[str, Any], kubegpu: dict[str, Any]) -> Sharing | None:
+def _parse_renames(where: str, raw: object, shared: Sequence[str]) -> dict[str, str]:
+    renames: dict[str, str] = {}
+    for key, value in _mapping(where, raw).items():
+        kw = f"{where}.{key}"
+        name = resource_name(kw, key)
+        if name not in shared:
+            raise ConfigError(
+                f"{kw}: {name} is not shared; shared: {_allowed(shared) or 'none'} (sharing.*.resources)"
+            )
+        renames[name] = resource_name(kw, value)
+    return renames
+
+
+def _parse_sharing(
+    prefix: str, data: dict[str, Any], kubegpu: dict[str, Any], warnings: list[str]
+) -> Sharing | None:
     sharing = _mapping(f"{prefix}sharing", data.get("sharing"))
     _check_keys(f"{prefix}sharing", sharing, {s.value for s in SharingKind}, strict=True)
     parsed = {
-        kind: _parse_sharing_kind(
-            prefix, kind, _mapping(f"{prefix}sharing.{kind.value}", sharing.get(kind.value))
-        )
+        kind: _parse_sharing_kind(prefix, kind, sharing[kind.value], warnings)
         for kind in SharingKind
-        if sharing.get(kind.value) is not None
+        # NVIDIA: an empty ``mps:`` is no MPS section; an empty ``timeSlicing:`` is an empty one.
+        if kind.value in sharing and (kind is SharingKind.TIME_SLICING or sharing[kind.value] is not None)
     }
-    # NVIDIA: MPS wins if it has any resource with replicas > 1, else time-slicing.
-    chosen = parsed.get(SharingKind.MPS)
-    if chosen is None or not chosen.resources:
-        chosen = parsed.get(SharingKind.TIME_SLICING) or chosen
+    # NVIDIA: a given MPS section (it always has a resource with replicas >= 2) wins over time-slicing.
+    chosen = parsed.get(SharingKind.MPS) or parsed.get(SharingKind.TIME_SLICING)
     extra = _mapping(f"{prefix}kubegpu.sharing", kubegpu.get("sharing"))
     _check_keys(f"{prefix}kubegpu.sharing", extra, _KUBEGPU_SHARING, strict=True)
     per_gpu: list[tuple[str, int]] = []
@@ -433,9 +620,9 @@ def _parse_sharing(prefix: str, data: dict[str, Any], kubegpu: dict[str, Any]) -
         if isinstance(d, bool) or not isinstance(d, int | str):
             raise ConfigError(f"{prefix}kubegpu.sharing.exclusive[{j}]: {d!r} must be a GPU index or UUID")
         exclusive.append(str(d))
-    if (per_gpu or exclusive) and (chosen is None or not chosen.resources):
+    if (per_gpu or exclusive or extra.get("rename")) and chosen is None:
         raise ConfigError(
-            f"{prefix}kubegpu.sharing: per-GPU replicas and exclusive GPUs need "
+            f"{prefix}kubegpu.sharing: per-GPU replicas, exclusive GPUs and renames need "
             f"sharing.timeSlicing or sharing.mps with at least one resource"
         )
     clash = {g for g, _ in per_gpu} & set(exclusive)
@@ -445,19 +632,25 @@ def _parse_sharing(prefix: str, data: dict[str, Any], kubegpu: dict[str, Any]) -
         )
     if chosen is None:
         return None
-    if exclusive and chosen is not None:
-        for i, res in enumerate(chosen.resources):
+    renames = _parse_renames(
+        f"{prefix}kubegpu.sharing.rename", extra.get("rename"), [r.name for r in chosen.resources]
+    )
+    resources = tuple(
+        SharedResource(name=r.name, replicas=r.replicas, rename=renames.get(r.name)) for r in chosen.resources
+    )
+    if exclusive:
+        for i, res in enumerate(resources):
             if not (chosen.rename_by_default or res.rename):
                 raise ConfigError(
                     f"{prefix}sharing.{chosen.kind.value}.resources[{i}]: exclusive GPUs and shared "
                     f"replicas of {res.name} would have the same resource name; set renameByDefault: "
-                    f"true or a rename"
+                    f"true or kubegpu.sharing.rename"
                 )
     return Sharing(
         kind=chosen.kind,
         rename_by_default=chosen.rename_by_default,
         fail_requests_greater_than_one=chosen.fail_requests_greater_than_one,
-        resources=chosen.resources,
+        resources=resources,
         per_gpu_replicas=tuple(per_gpu),
         exclusive=tuple(exclusive),
     )
@@ -529,6 +722,8 @@ def load_config(
         warnings += [prefix + w for w in _check_keys("flags", flags, _NVIDIA_FLAGS, strict=False)]
         plugin = _mapping(f"{prefix}flags.plugin", flags.get("plugin"))
         warnings += [prefix + w for w in _check_keys("flags.plugin", plugin, _NVIDIA_PLUGIN, strict=False)]
+        _check_resources_section(prefix, data.get("resources"))
+        _check_imex(prefix, data.get("imex"))
         for dotted in sorted(_UNUSED_NVIDIA):
             found, _ = _lookup(data, dotted)
             if found:
@@ -561,7 +756,9 @@ def load_config(
         values["nvidia_dev_root"] = values["nvidia_driver_root"]
 
     health = _parse_health(prefix, kubegpu, env)
-    sharing = _parse_sharing(prefix, data, kubegpu)
+    sharing_warnings: list[str] = []
+    sharing = _parse_sharing(prefix, data, kubegpu, sharing_warnings)
+    warnings += sharing_warnings
     config = AgentConfig(
         health=health,
         sharing=sharing,

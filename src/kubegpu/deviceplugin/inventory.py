@@ -8,7 +8,7 @@ they already rely on:
   ``mixed``: ``nvidia.com/mig-<profile>`` per profile next to ``nvidia.com/gpu`` for non-MIG GPUs.
 * Sharing (time-slicing or MPS): each device of a shared resource becomes ``replicas`` devices with
   IDs ``<UUID>::<i>``, renamed ``<name>.shared`` under ``renameByDefault``. kubegpu adds per-GPU
-  replica counts and exclusive GPUs, which stay under the original name.
+  replica counts, exclusive GPUs (which stay under the original name) and its own renames.
 
 Every device remembers the physical GPU behind it, so health and topology work for replicas and MIG
 instances too. Impossible layouts raise ``ConfigError`` naming the key and the GPU.
@@ -275,23 +275,23 @@ def build_inventory(node: Node, config: AgentConfig) -> Inventory:
             continue
         i, spec = next((i, r) for i, r in enumerate(sharing.resources) if r.name == name)
         where = f"sharing.{sharing.kind.value}.resources[{i}]"
-        selected = None
-        if spec.devices is not None:
-            selected = {_gpu_index(node, ref, f"{where}.devices[{j}]") for j, ref in enumerate(spec.devices)}
         shared_name = ResourceName(spec.rename or (f"{name}.shared" if sharing.rename_by_default else name))
         if not is_extended_resource_name(shared_name):
-            raise ConfigError(f"{where}.rename: {shared_name!r} is not a valid extended resource name")
+            key = f"kubegpu.sharing.rename.{name}" if spec.rename else f"{where}.name"
+            raise ConfigError(f"{key}: {shared_name!r} is not a valid extended resource name")
+        # As NVIDIA's plugin runs it, every device of the resource is shared; kubegpu's exclusive GPUs
+        # are the only ones kept whole.
         kept: list[Device] = []
         shared: list[Device] = []
         for d in devices:
-            if d.gpu in exclusive or (selected is not None and d.gpu not in selected):
+            if d.gpu in exclusive:
                 kept.append(d)
             else:
                 shared.extend(_replicate(d, per_gpu.get(d.gpu, spec.replicas)))
         if kept and shared_name == name:
             raise ConfigError(
                 f"{where}: some GPUs stay unshared while others are shared under the same name {name}; "
-                f"set renameByDefault: true or a rename"
+                f"set renameByDefault: true or kubegpu.sharing.rename"
             )
         if kept:
             resources.append(Resource(name=name, kind=kinds[name], devices=tuple(kept)))

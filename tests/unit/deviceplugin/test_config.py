@@ -118,7 +118,14 @@ BAD = [
      "kubegpu:\n  replicaPolicy: distributed\n",
      {}, {}, ["kubegpu.replicaPolicy", "contradicts"]),
     (V1 + SLICE.format(n=2).replace("timeSlicing", "mps"), {}, {}, ["sharing.mps", "mpsRoot"]),
-    (V1 + SLICE.format(n=2) + "kubegpu:\n  sharing:\n    exclusive: [1]\n", {}, {}, ["renameByDefault"]),
+    (V1 + SLICE.format(n=2) + "kubegpu:\n  sharing:\n    exclusive: [1]\n", {}, {},
+     ["renameByDefault", "kubegpu.sharing.rename"]),
+    (V1 + SLICE.format(n=2) + "kubegpu:\n  sharing:\n    rename: {nvidia.com/other: other-ts}\n", {}, {},
+     ["kubegpu.sharing.rename.nvidia.com/other", "not shared", "nvidia.com/gpu"]),
+    (V1 + SLICE.format(n=2) + "kubegpu:\n  sharing:\n    rename: {gpu: Bad_Name}\n", {}, {},
+     ["kubegpu.sharing.rename.gpu", "nvidia.com/Bad_Name"]),
+    (V1 + SLICE.format(n=2) + "kubegpu:\n  sharing:\n    rename: [gpu-ts]\n", {}, {},
+     ["kubegpu.sharing.rename", "mapping"]),
 ]  # fmt: skip
 
 
@@ -201,3 +208,15 @@ kubegpu:
     assert sharing is not None
     assert dict(sharing.per_gpu_replicas) == {"0": 8, "GPU-abc": 2}
     assert sharing.exclusive == ("7",)
+
+
+def test_kubegpu_rename_gives_the_shared_resource_its_name(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        V1 + SLICE.format(n=2) + "kubegpu:\n  sharing:\n    rename: {gpu: gpu-ts}\n    exclusive: [7]\n",
+    )
+    sharing = load_config(path).sharing
+    assert sharing is not None
+    [resource] = sharing.resources
+    assert (resource.name, resource.rename) == ("nvidia.com/gpu", "nvidia.com/gpu-ts")
+    assert not any("rename" in w for w in load_config(path).warnings)

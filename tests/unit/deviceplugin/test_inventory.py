@@ -53,7 +53,7 @@ def _shared(replicas: int = 4, **kw: object) -> AgentConfig:
         rename_by_default=bool(kw.pop("rename", False)),
         fail_requests_greater_than_one=False,
         resources=(
-            SharedResource(name="nvidia.com/gpu", replicas=replicas, devices=kw.pop("devices", None)),
+            SharedResource(name="nvidia.com/gpu", replicas=replicas, rename=kw.pop("rename_to", None)),
         ),  # type: ignore[arg-type]
         per_gpu_replicas=kw.pop("per_gpu", ()),  # type: ignore[arg-type]
         exclusive=kw.pop("exclusive", ()),  # type: ignore[arg-type]
@@ -149,13 +149,18 @@ def test_unknown_gpu_references_name_the_key() -> None:
         build_inventory(SEED, _shared(2, per_gpu=(("GPU-nope", 2),)))
 
 
-def test_devices_selection_shares_only_the_listed_gpus() -> None:
-    config = _shared(2, rename=True, devices=("0", "1"))
+def test_kubegpu_rename_names_the_shared_resource_and_exclusive_gpus_keep_the_original() -> None:
+    config = _shared(2, rename_to="nvidia.com/gpu-ts", exclusive=("7",))
     inventory = build_inventory(SEED, config)
-    shared = inventory.resource("nvidia.com/gpu.shared")
+    shared = inventory.resource("nvidia.com/gpu-ts")
     whole = inventory.resource("nvidia.com/gpu")
-    assert shared is not None and set(shared.replicas_per_gpu) == {0, 1}
-    assert whole is not None and len(whole.devices) == 6
+    assert shared is not None and set(shared.replicas_per_gpu) == set(range(7))
+    assert whole is not None and [d.gpu for d in whole.devices] == [7]
+
+
+def test_exclusive_gpus_under_the_shared_name_are_refused_naming_both_ways_out() -> None:
+    with pytest.raises(ConfigError, match=r"renameByDefault: true or kubegpu\.sharing\.rename"):
+        build_inventory(SEED, _shared(2, exclusive=("7",)))
 
 
 @pytest.mark.parametrize(
