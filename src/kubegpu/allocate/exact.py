@@ -170,7 +170,7 @@ def _best_subset(
 
 
 def _solve_block(
-    node: Block, must: frozenset[int], hi: int, units: Units, exact: bool, allowed: frozenset[int] | None
+    node: Block, must: frozenset[int], hi: int, units: Units, *, exact: bool, allowed: frozenset[int] | None
 ) -> dict[int, _Sol]:
     out: dict[int, _Sol] = {}
     pool = tuple(m for m in node.members if allowed is None or m in allowed)
@@ -187,6 +187,7 @@ def _solve(
     must: frozenset[int],
     hi: int,
     units: Units,
+    *,
     exact: bool = False,
     allowed: frozenset[int] | None = None,
 ) -> dict[int, _Sol]:
@@ -197,7 +198,7 @@ def _solve(
     if isinstance(node, Clique):
         return _solve_clique(node, must, hi, allowed)
     if isinstance(node, Block):
-        return _solve_block(node, must, hi, units, exact, allowed)
+        return _solve_block(node, must, hi, units, exact=exact, allowed=allowed)
     table: dict[int, _Sol] = {0: _Sol(0, (), ())}
     for child in node.children:
         options = _solve(child, must, hi, units, allowed=allowed)
@@ -230,12 +231,13 @@ def choose_scored(
     if sol is None:  # pragma: no cover - every size up to len(avail) is reachable
         raise AllocationError(f"no set of {count} GPUs contains the must-include GPUs")
     if topology.numa and not topology.on_one_numa_node(sol.chosen):
-        sol = _prefer_one_numa_node(topology, tree, avail, must, count, sol)
+        sol = _prefer_one_numa_node(topology, tree=tree, avail=avail, must=must, count=count, best=sol)
     return Choice(devices=sol.chosen, cost_units=sol.units)
 
 
 def _prefer_one_numa_node(
     topology: Topology,
+    *,
     tree: TreeNode,
     avail: frozenset[int],
     must: frozenset[int],
@@ -245,7 +247,8 @@ def _prefer_one_numa_node(
     """The best set on one NUMA node that costs as little as ``best``, else ``best`` itself."""
     numa = topology.numa
     found: _Sol | None = None
-    for node in sorted({numa[g] for g in avail if numa[g] is not None}):
+    nodes: set[int] = {n for n in (numa[g] for g in avail) if n is not None}
+    for node in sorted(nodes):
         allowed = frozenset(g for g in avail if numa[g] == node)
         if len(allowed) < count or not must <= allowed:
             continue

@@ -16,7 +16,7 @@ def register(app: typer.Typer) -> None:
         epilog="Examples: kubegpu alloc builtin:seed-8gpu --count 4 --available 2-7 · "
         "kubegpu alloc builtin:hgx-16 --count 3 --must-include 5 --json",
     )
-    def alloc(
+    def alloc(  # noqa: PLR0917 - typer maps each parameter to a flag
         source: Annotated[str, typer.Argument(help=SOURCE_HELP)],
         count: Annotated[int, typer.Option("--count", "-k", help="How many GPUs to choose.")],
         available: Annotated[

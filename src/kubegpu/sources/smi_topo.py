@@ -28,7 +28,9 @@ _DEVICE = r"(?:GPU\d+|NIC\d+|mlx\d+_(?:bond_)?\d+)"
 _DEVICE_RE = re.compile(_DEVICE)
 _DEVICES_ONLY_RE = re.compile(rf"(?:{_DEVICE})+")
 _GPU0_RE = re.compile(r"(?<![A-Za-z0-9_])GPU0(?!\d)")
-_ROW_RE = re.compile(rf"(?<![A-Za-z0-9_])({_DEVICE})\s+(X|NV\d+|PIX|PXB|PHB|NODE|SYS|SOC)(?!\w)", re.IGNORECASE)
+_ROW_RE = re.compile(
+    rf"(?<![A-Za-z0-9_])({_DEVICE})\s+(X|NV\d+|PIX|PXB|PHB|NODE|SYS|SOC)(?!\w)", re.IGNORECASE
+)
 _EXTRA_COLUMNS = ("CPU Affinity", "NUMA Affinity", "GPU NUMA ID")
 _EXTRA_RE = re.compile("|".join(re.escape(c) for c in _EXTRA_COLUMNS))
 _LISTING_RE = re.compile(r"(?<![A-Za-z0-9_])GPU (\d+): (.+?) \(UUID: (GPU-[0-9a-fA-F-]+)\)")

@@ -263,7 +263,8 @@ def test_real_capture_best_pick_and_honest_comparison(case: Case) -> None:
     # the aware pick is never reported cheaper than by-index unless it is
     naive = choose_simple(free, count)
     assert choice.cost_units <= topo.set_units(naive)
-    if sorted(
-        (_order_key(topo.links[a][b].label) for a, b in combinations(naive, 2)), reverse=True
-    ) == worst_first:
+    if (
+        sorted((_order_key(topo.links[a][b].label) for a, b in combinations(naive, 2)), reverse=True)
+        == worst_first
+    ):
         assert choice.cost_units == topo.set_units(naive)
