@@ -1,10 +1,11 @@
 """Exact topology-aware device selection: the set of ``count`` GPUs with the lowest total link cost.
 
 The objective is the seed's ``link_cost``: the sum of pairwise costs of the chosen set, which must
-contain every must-include GPU and only available GPUs. Among sets of equal cost the winner is the
-one that leaves the best free groups behind (the multiset of free GPUs per leaf group of the group
-tree, largest first, compared lexicographically: keep whole NVLink islands free), then the one with
-the lowest indices. The result is exact on every topology:
+contain every must-include GPU and only available GPUs. Among sets of equal cost the winner is one on
+a single NUMA node (when the topology knows NUMA nodes), then the one that leaves the best free groups
+behind (the multiset of free GPUs per leaf group of the group tree, largest first, compared
+lexicographically: keep whole NVLink islands free), then the one with the lowest indices. The result
+is exact on every topology:
 
 * the group tree (``tree.py``) turns hierarchical topologies into a dynamic programme over groups:
   choosing ``k_i`` GPUs from children of a split with cross cost ``c`` costs
@@ -12,7 +13,10 @@ the lowest indices. The result is exact on every topology:
   disjoint partial choices are joined, so per-count optima compose;
 * a block without such structure is searched by depth-first branch and bound in lexicographic order
   with a lower bound from each candidate's marginal cost, so the first optimum found is the
-  lexicographically smallest one.
+  lexicographically smallest one;
+* the NUMA step: when the best set spans NUMA nodes, the same search is run once per NUMA node with
+  only that node's GPUs allowed (free groups still counted over all available GPUs); a single-node set
+  of the same cost wins. Each restricted search is exact for the rest of the ranking, so the whole is.
 """
 
 from __future__ import annotations
@@ -72,12 +76,15 @@ def _merge(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(sorted(a + b))
 
 
-def _solve_clique(node: Clique, must: frozenset[int], hi: int) -> dict[int, _Sol]:
-    forced = [m for m in node.members if m in must]
-    others = [m for m in node.members if m not in must]
+def _solve_clique(
+    node: Clique, must: frozenset[int], hi: int, allowed: frozenset[int] | None
+) -> dict[int, _Sol]:
+    pool = [m for m in node.members if allowed is None or m in allowed]
+    forced = [m for m in pool if m in must]
+    others = [m for m in pool if m not in must]
     size = len(node.members)
     out: dict[int, _Sol] = {}
-    for k in range(len(forced), min(size, hi) + 1):
+    for k in range(len(forced), min(len(pool), hi) + 1):
         chosen = tuple(sorted(forced + others[: k - len(forced)]))
         out[k] = _Sol(node.cost * k * (k - 1) // 2, (k - size,), chosen)
     return out
@@ -99,8 +106,13 @@ def _greedy_units(forced: list[int], cands: list[int], need: int, units: Units, 
     return cost
 
 
-def _best_subset(members: tuple[int, ...], must: frozenset[int], k: int, units: Units) -> _Sol | None:
-    """Branch and bound over ``members``: the lexicographically first subset of minimum cost."""
+def _best_subset(
+    members: tuple[int, ...], must: frozenset[int], k: int, units: Units, group_size: int
+) -> _Sol | None:
+    """Branch and bound over ``members``: the lexicographically first subset of minimum cost.
+
+    ``group_size`` is the size of the whole leaf group (``members`` may be the allowed part of it).
+    """
     forced = [m for m in members if m in must]
     cands = [m for m in members if m not in must]
     need = k - len(forced)
@@ -154,30 +166,42 @@ def _best_subset(members: tuple[int, ...], must: frozenset[int], k: int, units: 
     dfs(0, base, need)
     if best_units < 0:
         return None
-    return _Sol(best_units, (k - len(members),), tuple(sorted(forced + list(best))))
+    return _Sol(best_units, (k - group_size,), tuple(sorted(forced + list(best))))
 
 
-def _solve_block(node: Block, must: frozenset[int], hi: int, units: Units, exact: bool) -> dict[int, _Sol]:
+def _solve_block(
+    node: Block, must: frozenset[int], hi: int, units: Units, *, exact: bool, allowed: frozenset[int] | None
+) -> dict[int, _Sol]:
     out: dict[int, _Sol] = {}
-    lo = hi if exact else sum(1 for m in node.members if m in must)
-    for k in range(lo, min(len(node.members), hi) + 1):
-        sol = _best_subset(node.members, must, k, units)
+    pool = tuple(m for m in node.members if allowed is None or m in allowed)
+    lo = hi if exact else sum(1 for m in pool if m in must)
+    for k in range(lo, min(len(pool), hi) + 1):
+        sol = _best_subset(pool, must, k, units, len(node.members))
         if sol is not None:
             out[k] = sol
     return out
 
 
 def _solve(
-    node: TreeNode, must: frozenset[int], hi: int, units: Units, exact: bool = False
+    node: TreeNode,
+    must: frozenset[int],
+    hi: int,
+    units: Units,
+    *,
+    exact: bool = False,
+    allowed: frozenset[int] | None = None,
 ) -> dict[int, _Sol]:
-    """Best choice of each size ``k <= hi`` inside ``node`` (only ``k == hi`` when ``exact``)."""
+    """Best choice of each size ``k <= hi`` inside ``node`` (only ``k == hi`` when ``exact``).
+
+    With ``allowed``, only those GPUs may be chosen; free groups are still counted over ``node``.
+    """
     if isinstance(node, Clique):
-        return _solve_clique(node, must, hi)
+        return _solve_clique(node, must, hi, allowed)
     if isinstance(node, Block):
-        return _solve_block(node, must, hi, units, exact)
+        return _solve_block(node, must, hi, units, exact=exact, allowed=allowed)
     table: dict[int, _Sol] = {0: _Sol(0, (), ())}
     for child in node.children:
-        options = _solve(child, must, hi, units)
+        options = _solve(child, must, hi, units, allowed=allowed)
         nxt: dict[int, _Sol] = {}
         for total, left in table.items():
             for k, right in options.items():
@@ -202,11 +226,36 @@ def choose_scored(
     avail, must = check_request(available, count, must_include, n=topology.n)
     tree = _restrict(group_tree(topology), avail)
     assert tree is not None  # avail is not empty here
-    table = _solve(tree, must, count, topology.units, exact=True)
-    sol = table.get(count)
+    units = topology.units
+    sol = _solve(tree, must, count, units, exact=True).get(count)
     if sol is None:  # pragma: no cover - every size up to len(avail) is reachable
         raise AllocationError(f"no set of {count} GPUs contains the must-include GPUs")
+    if topology.numa and not topology.on_one_numa_node(sol.chosen):
+        sol = _prefer_one_numa_node(topology, tree=tree, avail=avail, must=must, count=count, best=sol)
     return Choice(devices=sol.chosen, cost_units=sol.units)
+
+
+def _prefer_one_numa_node(
+    topology: Topology,
+    *,
+    tree: TreeNode,
+    avail: frozenset[int],
+    must: frozenset[int],
+    count: int,
+    best: _Sol,
+) -> _Sol:
+    """The best set on one NUMA node that costs as little as ``best``, else ``best`` itself."""
+    numa = topology.numa
+    found: _Sol | None = None
+    nodes: set[int] = {n for n in (numa[g] for g in avail) if n is not None}
+    for node in sorted(nodes):
+        allowed = frozenset(g for g in avail if numa[g] == node)
+        if len(allowed) < count or not must <= allowed:
+            continue
+        sol = _solve(tree, must, count, topology.units, exact=True, allowed=allowed).get(count)
+        if sol is not None and sol.units == best.units and (found is None or sol < found):
+            found = sol
+    return best if found is None else found
 
 
 def choose(

@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 
 from kubegpu.cli.common import console, parse_indices, print_json
-from kubegpu.cli.topo import SOURCE_HELP
+from kubegpu.cli.topo import GPU_MODEL_HELP, SOURCE_HELP
 
 
 def register(app: typer.Typer) -> None:
@@ -16,7 +16,7 @@ def register(app: typer.Typer) -> None:
         epilog="Examples: kubegpu alloc builtin:seed-8gpu --count 4 --available 2-7 · "
         "kubegpu alloc builtin:hgx-16 --count 3 --must-include 5 --json",
     )
-    def alloc(
+    def alloc(  # noqa: PLR0917 - typer maps each parameter to a flag
         source: Annotated[str, typer.Argument(help=SOURCE_HELP)],
         count: Annotated[int, typer.Option("--count", "-k", help="How many GPUs to choose.")],
         available: Annotated[
@@ -26,13 +26,14 @@ def register(app: typer.Typer) -> None:
             str, typer.Option("--must-include", help="GPUs the set must contain, e.g. 3 or 3,4.")
         ] = "",
         json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+        gpu_model: Annotated[str | None, typer.Option("--gpu-model", help=GPU_MODEL_HELP)] = None,
     ) -> None:
         """Choose COUNT GPUs with the lowest total link cost (exact), honouring --must-include."""
         from kubegpu.allocate import choose_scored, choose_simple
         from kubegpu.errors import InputError
         from kubegpu.sources.spec import load_node
 
-        node = load_node(source)
+        node = load_node(source, gpu_model_name=gpu_model)
         n = len(node.gpus)
         free = parse_indices(available, "--available") if available is not None else list(range(n))
         must = parse_indices(must_include, "--must-include")

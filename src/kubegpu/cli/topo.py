@@ -11,6 +11,10 @@ from kubegpu.cli.common import console, print_json
 from kubegpu.model.node import Node
 
 SOURCE_HELP = "builtin:NAME (e.g. builtin:seed-8gpu), a node spec YAML file, or an nvidia-smi topo -m capture"
+GPU_MODEL_HELP = (
+    "GPU model of an nvidia-smi capture (e.g. V100-32GB), to price its links exactly; "
+    "default: the model its 'GPU i: NAME' lines name, else the fallback cost table."
+)
 
 
 def node_payload(node: Node) -> dict[str, Any]:
@@ -78,16 +82,17 @@ def register(app: typer.Typer) -> None:
     @app.command(
         "topo",
         epilog="Examples: kubegpu topo builtin:dgx1-v100 · kubegpu topo node.yaml --json · "
-        "kubegpu topo topo-m.txt",
+        "kubegpu topo topo-m.txt --gpu-model V100-32GB",
     )
     def topo(
         source: Annotated[str, typer.Argument(help=SOURCE_HELP)],
         json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+        gpu_model: Annotated[str | None, typer.Option("--gpu-model", help=GPU_MODEL_HELP)] = None,
     ) -> None:
         """Show a node's GPUs, link matrix and cost matrix."""
         from kubegpu.sources.spec import load_node
 
-        node = load_node(source)
+        node = load_node(source, gpu_model_name=gpu_model)
         if json_out:
             print_json(node_payload(node))
         else:

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from kubegpu.errors import InputError
 
-__all__ = ["CATALOGUE", "GpuModel", "gpu_model", "model_names"]
+__all__ = ["CATALOGUE", "GpuModel", "gpu_model", "model_for_product", "model_names"]
 
 # Nominal per-direction bandwidth of one NVLink link by NVLink generation (GB/s).
 NVLINK_LINK_GBPS: dict[int, float] = {1: 20.0, 2: 25.0, 3: 25.0, 4: 25.0, 5: 50.0}
@@ -156,3 +156,12 @@ def gpu_model(name: str) -> GpuModel:
         if key.lower() == name.strip().lower():
             return model
     raise InputError(f"unknown GPU model {name!r}; known models: {', '.join(CATALOGUE)}")
+
+
+def model_for_product(product: str) -> GpuModel | None:
+    """The catalogue model whose product name is ``product`` (as ``nvidia-smi -L`` prints it), if any."""
+    wanted = product.strip().lower()
+    for model in CATALOGUE.values():
+        if model.product.lower() == wanted:
+            return model
+    return None

@@ -6,10 +6,15 @@ one NUMA node) and ``SYS`` (across the SMP interconnect between NUMA nodes).
 
 Costs are relative transfer times: ``cost = 450 / bandwidth_gbps`` where the bandwidth is the link's
 nominal per-direction bandwidth, so one H100's 18 NVLinks (450 GB/s) cost 1.0. NVLink bandwidth is
-``links x per-link bandwidth`` of the GPU's NVLink generation; PCIe paths take the x16 bandwidth of the
-GPU's PCIe generation scaled by how far the path travels (see ``PCIE_PATH_FACTOR`` and
-``docs/topology.md``). A node spec may replace every cost (the seed's model uses 1 inside an NVLink
-group and 4 across). Costs are kept to three decimals so sums compare exactly.
+``links x per-link bandwidth`` of the GPU's NVLink generation. A PCIe peer-to-peer path is modelled as
+never faster than ``PCIE_P2P_SHARE_OF_NVLINK`` of one NVLink link of that generation, capped by the x16
+bandwidth of the GPU's PCIe generation, and scaled by how far the path travels (``PCIE_PATH_FACTOR``).
+So for every generation: any NVLink path costs less than any PCIe path, more links cost less than
+fewer, and PIX < PXB < PHB < NODE < SYS (``docs/topology.md``). When the GPU model is unknown (a capture
+that names none), ``fallback_link_cost`` prices with 25 GB/s per NVLink and no PCIe generation cap.
+A node spec may replace every cost (the seed's model uses 1 inside an NVLink group and 4 across).
+Costs are kept to three decimals so sums compare exactly. ``numa`` carries each GPU's NUMA node where
+known; the allocator uses it to break ties (``docs/allocator.md``).
 """
 
 from __future__ import annotations
@@ -26,11 +31,14 @@ from kubegpu.model.gpu import NVLINK_LINK_GBPS, PCIE_X16_GBPS
 
 __all__ = [
     "COST_REFERENCE_GBPS",
+    "FALLBACK_NVLINK_LINK_GBPS",
+    "PCIE_P2P_SHARE_OF_NVLINK",
     "PCIE_PATH_FACTOR",
     "Link",
     "LinkKind",
     "Topology",
     "default_link_cost",
+    "fallback_link_cost",
 ]
 
 COST_REFERENCE_GBPS = 450.0
@@ -59,6 +67,13 @@ PCIE_PATH_FACTOR: dict[LinkKind, float] = {
     LinkKind.NODE: 0.6,
     LinkKind.SYS: 0.4,
 }
+
+# Peer-to-peer over PCIe crosses switches, host bridges or sockets and contends with host traffic; it
+# is modelled as at most this share of one NVLink link of the same generation, so that any NVLink path
+# is cheaper than any PCIe path whatever the PCIe generation.
+PCIE_P2P_SHARE_OF_NVLINK = 0.8
+# Per-link NVLink bandwidth assumed when the GPU model (and so its NVLink generation) is unknown.
+FALLBACK_NVLINK_LINK_GBPS = 25.0
 
 _LABEL_RE = re.compile(r"^(?:NV(?P<n>\d+)|(?P<kind>X|PIX|PXB|PHB|NODE|SYS|SOC))$")
 
@@ -99,15 +114,31 @@ class Link:
 SELF = Link(kind=LinkKind.SELF)
 
 
-def default_link_cost(link: Link, *, nvlink_generation: int = 4, pcie_generation: int = 5) -> float:
-    """The documented default cost of ``link`` for GPUs of the given NVLink/PCIe generations."""
+def default_link_cost(
+    link: Link, *, nvlink_generation: int | None = 4, pcie_generation: int | None = 5
+) -> float:
+    """The documented default cost of ``link`` for GPUs of the given NVLink/PCIe generations.
+
+    ``None`` for a generation means unknown: 25 GB/s per NVLink link, no PCIe x16 cap.
+    """
     if link.kind is LinkKind.SELF:
         return 0.0
+    link_gbps = (
+        NVLINK_LINK_GBPS[nvlink_generation] if nvlink_generation is not None else FALLBACK_NVLINK_LINK_GBPS
+    )
     if link.kind is LinkKind.NVLINK:
-        bandwidth = link.nvlinks * NVLINK_LINK_GBPS[nvlink_generation]
+        bandwidth = link.nvlinks * link_gbps
     else:
-        bandwidth = PCIE_X16_GBPS[pcie_generation] * PCIE_PATH_FACTOR[link.kind]
+        path_gbps = PCIE_P2P_SHARE_OF_NVLINK * link_gbps
+        if pcie_generation is not None:
+            path_gbps = min(path_gbps, PCIE_X16_GBPS[pcie_generation])
+        bandwidth = path_gbps * PCIE_PATH_FACTOR[link.kind]
     return round(COST_REFERENCE_GBPS / bandwidth, COST_DECIMALS)
+
+
+def fallback_link_cost(link: Link) -> float:
+    """The cost of ``link`` when the GPU model is unknown (NV1 18 ... NV18 1, PIX 22.5 ... SYS 56.25)."""
+    return default_link_cost(link, nvlink_generation=None, pcie_generation=None)
 
 
 def _square(name: str, rows: Sequence[Sequence[object]], n: int) -> None:
@@ -122,6 +153,7 @@ class Topology:
     n: int
     links: tuple[tuple[Link, ...], ...]
     cost: tuple[tuple[float, ...], ...]
+    numa: tuple[int | None, ...] = ()  # each GPU's NUMA node (None: unknown); () when none is known
     _units: tuple[tuple[int, ...], ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -129,6 +161,8 @@ class Topology:
             raise InputError("a topology needs at least one GPU")
         _square("link matrix", self.links, self.n)
         _square("cost matrix", self.cost, self.n)
+        if self.numa and len(self.numa) != self.n:
+            raise InputError(f"NUMA nodes given for {len(self.numa)} GPUs, but the topology has {self.n}")
         for i in range(self.n):
             if self.links[i][i].kind is not LinkKind.SELF:
                 raise InputError(f"GPU{i}'s link to itself must be X, not {self.links[i][i]}")
@@ -157,10 +191,14 @@ class Topology:
         links: Sequence[Sequence[Link]],
         *,
         costs: Sequence[Sequence[float]] | None = None,
-        nvlink_generation: int = 4,
-        pcie_generation: int = 5,
+        nvlink_generation: int | None = 4,
+        pcie_generation: int | None = 5,
+        numa: Sequence[int | None] | None = None,
     ) -> Topology:
-        """Build from a link matrix; costs default to the bandwidth table for the generations given."""
+        """Build from a link matrix; costs default to the bandwidth table for the generations given.
+
+        ``numa`` gives each GPU's NUMA node; it is kept only when at least one is known.
+        """
         n = len(links)
         _square("link matrix", links, n)
         link_rows = tuple(tuple(row) for row in links)
@@ -177,7 +215,8 @@ class Topology:
         else:
             _square("cost matrix", costs, n)
             cost_rows = tuple(tuple(round(float(c), COST_DECIMALS) for c in row) for row in costs)
-        return cls(n=n, links=link_rows, cost=cost_rows)
+        numa_nodes = tuple(numa) if numa is not None and any(x is not None for x in numa) else ()
+        return cls(n=n, links=link_rows, cost=cost_rows, numa=numa_nodes)
 
     @classmethod
     def from_groups(
@@ -245,6 +284,13 @@ class Topology:
     def set_cost(self, devices: Iterable[int]) -> float:
         """Sum of pairwise costs of a set of GPUs: the seed's ``link_cost``."""
         return self.set_units(devices) / COST_SCALE
+
+    def on_one_numa_node(self, devices: Iterable[int]) -> bool:
+        """True when every GPU of ``devices`` sits on the same known NUMA node."""
+        if not self.numa:
+            return False
+        nodes = {self.numa[d] for d in devices}
+        return len(nodes) == 1 and None not in nodes
 
     def set_units(self, devices: Iterable[int]) -> int:
         u = self._units

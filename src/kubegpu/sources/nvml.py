@@ -236,10 +236,13 @@ class NvmlSource:
                     row.append(Link(kind=_TOPOLOGY_KIND.get(int(level), LinkKind.SYS)))
                 rows.append(row)
             model = self._model
-            nvlink_gen = model.nvlink_generation if model is not None and model.nvlink_generation else 4
-            pcie_gen = model.pcie_generation if model is not None else 5
+            nvlink_gen = model.nvlink_generation if model is not None else None
+            pcie_gen = model.pcie_generation if model is not None else None
             topology: Topology = Topology.from_links(
-                rows, nvlink_generation=nvlink_gen, pcie_generation=pcie_gen
+                rows,
+                nvlink_generation=nvlink_gen,
+                pcie_generation=pcie_gen,
+                numa=[g.numa_node for g in gpus],
             )
             return topology
         except (nv.NVMLError, ValueError, TypeError) as exc:

@@ -2,8 +2,11 @@
 
 A spec names the GPUs (model, optional UUID, memory, NUMA node, MIG layout) and the links between
 them, as NVLink tiers, an explicit link matrix, or with explicit costs (format: ``docs/node-spec.md``).
-``load_node`` also accepts a saved ``nvidia-smi topo -m`` capture, recognised by its content.
-Errors name the file, line and key; nothing is returned unless the whole spec is valid.
+``load_node`` also accepts a saved ``nvidia-smi topo -m`` capture, recognised by its content: a file
+holding a topology header anywhere is a capture; otherwise it is a node spec only when it is YAML (a
+``.yaml``/``.yml`` name, or a mapping with node-spec keys), and anything else is rejected as "no
+nvidia-smi topology matrix found". Errors name the file, line and key; nothing is returned unless the
+whole spec is valid.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from kubegpu.errors import InputError, KubegpuError, SpecError
+from kubegpu.errors import InputError, KubegpuError, SpecError, TopologyParseError
 from kubegpu.model.gpu import gpu_model
 from kubegpu.model.mig import validate_layout
 from kubegpu.model.node import Gpu, GpuUuid, MigInstance, Node
@@ -67,13 +70,34 @@ def _read_source(source: str) -> tuple[str, str]:
         raise SpecError(f"{source}: cannot read: {exc}") from exc
 
 
-def load_node(source: str, *, node_name: str | None = None) -> Node:
-    """Load a node from ``builtin:NAME``, a node spec YAML file, or an ``nvidia-smi topo -m`` capture."""
+def _is_node_spec(text: str, origin: str) -> bool:
+    if origin.startswith(BUILTIN_PREFIX) or origin.lower().endswith((".yaml", ".yml")):
+        return True
+    try:
+        doc = load_located(text, origin, SpecError)
+    except SpecError:
+        return False
+    return isinstance(doc.data, dict) and bool(_TOP_KEYS & {str(k) for k in doc.data})
+
+
+def load_node(source: str, *, node_name: str | None = None, gpu_model_name: str | None = None) -> Node:
+    """Load a node from ``builtin:NAME``, a node spec YAML file, or an ``nvidia-smi topo -m`` capture.
+
+    ``gpu_model_name`` names the GPU model of a capture (which names none itself); a node spec names
+    its own models, so giving it with one is an error.
+    """
     text, origin = _read_source(source)
     from kubegpu.sources.smi_topo import looks_like_capture, node_from_capture
 
-    if looks_like_capture(text):
-        return node_from_capture(text, origin=origin, node_name=node_name)
+    if not origin.startswith(BUILTIN_PREFIX) and looks_like_capture(text):
+        return node_from_capture(text, origin=origin, node_name=node_name, gpu_model_name=gpu_model_name)
+    if not _is_node_spec(text, origin):
+        raise TopologyParseError(
+            f"no nvidia-smi topology matrix found in {origin} "
+            "(and it is not a node spec: see docs/node-spec.md)"
+        )
+    if gpu_model_name is not None:
+        raise SpecError(f"{origin}: a node spec names its GPU models; --gpu-model is for nvidia-smi captures")
     return parse_spec(text, origin=origin, node_name=node_name)
 
 
@@ -306,7 +330,9 @@ def _topology(doc: LocatedDoc, gpus: Sequence[Gpu]) -> Topology | None:
         for i in range(n)
     ]
     try:
-        return Topology.from_links(links, costs=[[float(c or 0.0) for c in row] for row in costs])
+        return Topology.from_links(
+            links, costs=[[float(c or 0.0) for c in row] for row in costs], numa=[g.numa_node for g in gpus]
+        )
     except InputError as exc:
         raise doc.error(("topology",), str(exc), SpecError) from exc
 

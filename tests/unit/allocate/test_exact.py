@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from itertools import combinations
 
 import pytest
@@ -133,3 +134,67 @@ def test_ties_keep_the_largest_free_groups_then_lowest_indices(
 
     expected = min((c for c in combinations(available, count) if set(must) <= set(c)), key=key)
     assert choose(topo, available, count, must) == expected
+
+
+def _numa_key(topo: Topology, c: tuple[int, ...]) -> int:
+    nodes = {topo.numa[g] for g in c}
+    return 0 if len(nodes) == 1 and None not in nodes else 1
+
+
+@st.composite
+def grouped_numa(draw: st.DrawFn) -> tuple[Topology, list[tuple[int, ...]], list[int], int, list[int]]:
+    topo, groups, available, count, must = draw(grouped())
+    numa = draw(st.lists(st.one_of(st.none(), st.integers(0, 2)), min_size=topo.n, max_size=topo.n))
+    return replace(topo, numa=tuple(numa)), groups, available, count, must
+
+
+@settings(max_examples=300, deadline=None)
+@given(grouped_numa())
+def test_ties_prefer_one_numa_node_then_free_groups_then_indices(
+    req: tuple[Topology, list[tuple[int, ...]], list[int], int, list[int]],
+) -> None:
+    topo, groups, available, count, must = req
+
+    def key(c: tuple[int, ...]) -> tuple[int, int, tuple[int, ...], tuple[int, ...]]:
+        free = sorted(
+            (
+                sum(1 for g in group if g in available and g not in c)
+                for group in groups
+                if set(group) & set(available)
+            ),
+            reverse=True,
+        )
+        return topo.set_units(c), _numa_key(topo, c), tuple(-f for f in free), c
+
+    expected = min((c for c in combinations(available, count) if set(must) <= set(c)), key=key)
+    assert choose(topo, available, count, must) == expected
+
+
+@st.composite
+def matrix_numa(draw: st.DrawFn) -> tuple[Topology, list[int], int, list[int]]:
+    topo, available, count, must = draw(requests())
+    numa = draw(st.lists(st.one_of(st.none(), st.integers(0, 1)), min_size=topo.n, max_size=topo.n))
+    return replace(topo, numa=tuple(numa)), available, count, must
+
+
+@settings(max_examples=200, deadline=None)
+@given(matrix_numa())
+def test_numa_never_costs_more_and_wins_every_cost_tie(
+    req: tuple[Topology, list[int], int, list[int]],
+) -> None:
+    topo, available, count, must = req
+    choice = choose_scored(topo, available, count, must)
+    sets = [c for c in combinations(available, count) if set(must) <= set(c)]
+    brute = min(topo.set_units(c) for c in sets)
+    assert choice.cost_units == brute
+    if any(topo.set_units(c) == brute and _numa_key(topo, c) == 0 for c in sets):
+        assert topo.on_one_numa_node(choice.devices)
+
+
+def test_numa_breaks_a_tie_between_equal_nvswitch_sets() -> None:
+    nv, x = Link.parse("NV18"), Link.parse("X")
+    links = [[x if i == j else nv for j in range(8)] for i in range(8)]
+    topo = Topology.from_links(links, numa=[0, 0, 0, 0, 1, 1, 1, 1])
+    # every 4-set costs the same; 4-7 sit on one NUMA node, the lowest indices 2-5 do not
+    assert choose(topo, range(2, 8), 4) == (4, 5, 6, 7)
+    assert choose(Topology.from_links(links), range(2, 8), 4) == (2, 3, 4, 5)

@@ -122,3 +122,28 @@ def test_bad_input_is_one_line_and_a_nonzero_exit(args: tuple[str, ...], code: i
     assert res.returncode == code, res.stderr
     assert message in res.stderr
     assert "Traceback" not in res.stderr
+
+
+def test_topo_of_a_file_without_a_matrix_is_one_line_and_exit_2(cli: Runner, tmp_path: object) -> None:
+    from pathlib import Path
+
+    path = Path(str(tmp_path)) / "job.log"
+    path.write_text("epoch 1: loss 0.3\nepoch 2: loss 0.2\n")
+    res = cli("topo", str(path))
+    assert res.code == 2
+    assert f"no nvidia-smi topology matrix found in {path}" in res.err
+    assert "Traceback" not in res.err
+
+
+def test_alloc_on_a_dgx1_capture_takes_a_fully_nvlinked_quad(cli: Runner) -> None:
+    from pathlib import Path
+
+    capture = Path(__file__).parents[1] / "sources" / "captures" / "dgx1-v100-dlperf-report.txt"
+    for extra in ((), ("--gpu-model", "V100-32GB")):
+        res = cli("alloc", str(capture), "--count", "4", "--available", "1-7", "--json", *extra)
+        assert res.code == 0, res.err
+        data = json.loads(res.out)
+        assert data["devices"] == [4, 5, 6, 7]
+        assert data["cost"] <= data["by_index"]["cost"]
+    res = cli("topo", "builtin:dgx1-v100", "--gpu-model", "V100-32GB")
+    assert res.code == 2 and "--gpu-model is for nvidia-smi captures" in res.err

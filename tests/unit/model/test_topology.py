@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from kubegpu.errors import InputError
-from kubegpu.model.topology import Link, LinkKind, Topology, default_link_cost
+from kubegpu.model.gpu import NVLINK_LINK_GBPS, PCIE_X16_GBPS
+from kubegpu.model.topology import Link, LinkKind, Topology, default_link_cost, fallback_link_cost
 
 
 @pytest.mark.parametrize("label", ["X", "NV1", "NV12", "NV18", "PIX", "PXB", "PHB", "NODE", "SYS"])
@@ -29,10 +30,56 @@ def test_more_nvlinks_cost_less_and_pcie_hops_cost_more() -> None:
     assert default_link_cost(Link.parse("PIX")) > default_link_cost(Link.parse("NV4"))
 
 
-def test_older_generations_cost_more_for_the_same_path() -> None:
-    gen3 = default_link_cost(Link.parse("PIX"), pcie_generation=3)
-    gen5 = default_link_cost(Link.parse("PIX"), pcie_generation=5)
-    assert gen3 == pytest.approx(4 * gen5, rel=0.01)
+def test_older_generations_never_cost_less_for_the_same_path() -> None:
+    for label in ("PIX", "PXB", "PHB", "NODE", "SYS"):
+        gen3 = default_link_cost(Link.parse(label), nvlink_generation=2, pcie_generation=3)
+        gen4 = default_link_cost(Link.parse(label), nvlink_generation=2, pcie_generation=4)
+        assert gen3 > gen4
+
+
+_PCIE = ("PIX", "PXB", "PHB", "NODE", "SYS")
+
+
+def _ordered(cost: dict[str, float]) -> None:
+    nv = [cost[f"NV{k}"] for k in range(1, 19)]
+    assert nv == sorted(nv, reverse=True) and len(set(nv)) == 18, "more NVLinks must cost less"
+    pcie = [cost[x] for x in _PCIE]
+    assert pcie == sorted(pcie) and len(set(pcie)) == 5, "PIX < PXB < PHB < NODE < SYS"
+    assert max(nv) < min(pcie), "any NVLink path must cost less than any PCIe path"
+
+
+@pytest.mark.parametrize("nvlink_generation", [*NVLINK_LINK_GBPS, None])
+@pytest.mark.parametrize("pcie_generation", [*PCIE_X16_GBPS, None])
+def test_link_ordering_holds_for_every_generation(
+    nvlink_generation: int | None, pcie_generation: int | None
+) -> None:
+    labels = [f"NV{k}" for k in range(1, 19)] + list(_PCIE)
+    _ordered(
+        {
+            x: default_link_cost(
+                Link.parse(x), nvlink_generation=nvlink_generation, pcie_generation=pcie_generation
+            )
+            for x in labels
+        }
+    )
+
+
+def test_fallback_table_keeps_the_ordering_and_its_documented_values() -> None:
+    labels = [f"NV{k}" for k in range(1, 19)] + list(_PCIE)
+    table = {x: fallback_link_cost(Link.parse(x)) for x in labels}
+    _ordered(table)
+    assert (table["NV1"], table["NV18"], table["PIX"], table["SYS"]) == (18.0, 1.0, 22.5, 56.25)
+    # the DGX-1 case: one NVLink is cheaper than a cross-socket PCIe path
+    assert table["NV1"] < table["SYS"]
+
+
+def test_numa_nodes_must_cover_every_gpu() -> None:
+    x, nv = Link.parse("X"), Link.parse("NV2")
+    with pytest.raises(InputError, match="NUMA nodes given for 1 GPUs"):
+        Topology(n=2, links=((x, nv), (nv, x)), cost=((0, 1), (1, 0)), numa=(0,))
+    topo = Topology.from_links([[x, nv], [nv, x]], numa=[0, 0])
+    assert topo.on_one_numa_node([0, 1])
+    assert Topology.from_links([[x, nv], [nv, x]], numa=[None, None]).numa == ()
 
 
 def test_seed_groups_give_the_seeds_costs() -> None:

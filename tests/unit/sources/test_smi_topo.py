@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from kubegpu.errors import TopologyParseError
+from kubegpu.errors import InputError, SpecError, TopologyParseError
 from kubegpu.sources.smi_topo import looks_like_capture, parse_topo_matrix
 from kubegpu.sources.spec import load_node
 
@@ -68,7 +68,7 @@ def test_old_soc_label_and_no_numa_column() -> None:
 @pytest.mark.parametrize(
     ("text", "message"),
     [
-        ("hello\nworld\n", "no 'nvidia-smi topo -m' header"),
+        ("hello\nworld\n", "no nvidia-smi topology matrix found in cap.txt"),
         ("\tGPU0\tGPU1\nGPU0\t X \tNV4\nGPU1\tNV2\t X \n", ":3: GPU1/GPU0 is NV2 but GPU0/GPU1 is NV4"),
         ("\tGPU0\tGPU1\nGPU0\t X \tNVZ\nGPU1\tNV2\t X \n", ":2: GPU0/GPU1: unknown link type 'NVZ'"),
         ("\tGPU0\tGPU1\nGPU0\t X \nGPU1\tNV2\t X \n", ":2: row GPU0 has 1 link entries, expected 2"),
@@ -90,3 +90,58 @@ def test_load_node_detects_a_capture_by_content(tmp_path: Path) -> None:
     assert len(node.gpus) == 4
     assert node.gpus[3].numa_node == 1
     assert node.topology is not None and node.topology.links[2][3].label == "NV12"
+
+
+CAPTURES = Path(__file__).parent / "captures"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "hello\nworld\n",
+        "job 1234 started\nstep: 3\nloss: 0.25\n",  # a log that happens to parse as a YAML mapping
+        "GPU0 detected at startup\nGPU0 GPU1 are busy\n",
+    ],
+)
+def test_a_file_without_a_matrix_is_named_not_a_yaml_error(tmp_path: Path, text: str) -> None:
+    path = tmp_path / "job.log"
+    path.write_text(text)
+    with pytest.raises(TopologyParseError, match=f"no nvidia-smi topology matrix found in {path}"):
+        load_node(str(path))
+
+
+def test_a_yaml_file_is_still_a_node_spec(tmp_path: Path) -> None:
+    path = tmp_path / "node.yaml"
+    path.write_text("gpus: [{model: NOPE}]\n")
+    with pytest.raises(SpecError, match="unknown GPU model 'NOPE'"):
+        load_node(str(path))
+    spec = tmp_path / "node.txt"
+    spec.write_text("name: lab\ngpus:\n  - {model: T4, count: 2, numa: 0}\n")
+    assert len(load_node(str(spec)).gpus) == 2
+
+
+def test_gpu_model_prices_a_capture_exactly_and_is_refused_for_a_spec() -> None:
+    path = str(CAPTURES / "dgx1-v100-dlperf-report.txt")
+    fallback = load_node(path)
+    exact = load_node(path, gpu_model_name="v100-32gb")
+    assert fallback.gpus[0].model == "unknown"
+    assert exact.gpus[0].model == "V100-32GB" and exact.gpus[0].memory_mib == 32768
+    assert fallback.topology is not None and exact.topology is not None
+    assert fallback.topology.cost[0][5] == 56.25  # SYS, fallback table
+    assert exact.topology.cost[0][5] == 70.312  # SYS on PCIe gen 3
+    assert exact.topology.cost[0][1] == 18.0  # NV1 on NVLink 2
+    with pytest.raises(SpecError, match="--gpu-model is for nvidia-smi captures"):
+        load_node("builtin:dgx1-v100", gpu_model_name="V100-32GB")
+    with pytest.raises(InputError, match="unknown GPU model 'B9000'"):
+        load_node(path, gpu_model_name="B9000")
+
+
+def test_gpu_lines_beside_a_capture_name_the_model_and_uuids() -> None:
+    node = load_node(str(CAPTURES / "a100-sxm4-80gb-4gpu-report.txt"))
+    assert [g.model for g in node.gpus] == ["A100-80GB"] * 4
+    assert node.gpus[0].uuid == "GPU-e04968e9-3302-841c-b00f-f388d7a8f56f"
+    assert node.gpus[3].uuid == "GPU-ca841b49-69a5-890b-d980-1bd4f98161d8"
+    # an unknown product (RTX A6000) leaves the model unknown and prices by the fallback table
+    other = load_node(str(CAPTURES / "rtx-a6000-3gpu-nv4-bridge.txt"))
+    assert other.gpus[0].model == "unknown"
+    assert other.gpus[0].uuid == "GPU-5baec991-de63-c196-1766-04c38407e133"
