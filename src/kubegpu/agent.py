@@ -30,6 +30,7 @@ from kubegpu.deviceplugin.config import AgentConfig, load_config
 from kubegpu.deviceplugin.inventory import Inventory, build_inventory
 from kubegpu.deviceplugin.plugin import ResourcePlugin
 from kubegpu.deviceplugin.server import PluginServer, RegistrationFailed, register
+from kubegpu.echo import clip
 from kubegpu.errors import InputError, KubegpuError, SourceError
 from kubegpu.health.events import EventKind, HealthEvent
 from kubegpu.health.tracker import HealthTracker, UnknownGpuError
@@ -210,7 +211,7 @@ class Agent:
             gpu=observed.gpu,
             kind=EventKind(observed.kind.value),
             xid=observed.xid,
-            detail=observed.detail,
+            detail=clip(observed.detail),  # file text: it reaches log lines and gRPC errors
             source=observed.source,
         )
         try:

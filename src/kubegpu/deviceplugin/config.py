@@ -37,6 +37,7 @@ from typing import Any, TypeVar
 import yaml
 
 from kubegpu.deviceplugin.policies import ALLOCATION_POLICIES, REPLICA_POLICIES
+from kubegpu.echo import clip, shorten
 from kubegpu.errors import ConfigError
 from kubegpu.health.policy import EccAction, HealthPolicy
 from kubegpu.health.xid import DEFAULT_IGNORED_XIDS, XidPolicy
@@ -210,13 +211,13 @@ def _bool(where: str, value: object) -> bool:
         return value
     if isinstance(value, str) and value.strip().lower() in _TRUE | _FALSE:
         return value.strip().lower() in _TRUE
-    raise ConfigError(f"{where}: {value!r} is not a boolean; allowed: true, false")
+    raise ConfigError(f"{where}: {shorten(value)} is not a boolean; allowed: true, false")
 
 
 def _str(where: str, value: object) -> str:
     if isinstance(value, str):
         return value
-    raise ConfigError(f"{where}: {value!r} is not a string")
+    raise ConfigError(f"{where}: {shorten(value)} is not a string")
 
 
 def _enum(cls: type[E], where: str, value: object) -> E:
@@ -225,7 +226,7 @@ def _enum(cls: type[E], where: str, value: object) -> E:
         for member in cls:
             if member.value == value.strip():
                 return member
-    raise ConfigError(f"{where}: {value!r} is not allowed; allowed: {_allowed(allowed)}")
+    raise ConfigError(f"{where}: {shorten(value)} is not allowed; allowed: {_allowed(allowed)}")
 
 
 def _strategies(where: str, value: object) -> tuple[DeviceListStrategy, ...]:
@@ -236,7 +237,7 @@ def _strategies(where: str, value: object) -> tuple[DeviceListStrategy, ...]:
         items = list(value)
         wheres = [f"{where}[{i}]" for i in range(len(items))]
     else:
-        raise ConfigError(f"{where}: {value!r} must be a strategy name, a comma list or a list")
+        raise ConfigError(f"{where}: {shorten(value)} must be a strategy name, a comma list or a list")
     if not items:
         raise ConfigError(f"{where}: at least one strategy is needed; allowed: "
                           f"{_allowed([m.value for m in DeviceListStrategy])}")  # fmt: skip
@@ -248,7 +249,7 @@ def _registered(names: Mapping[str, object]) -> Callable[[str, object], str]:
     def parse(where: str, value: object) -> str:
         if isinstance(value, str) and value.strip() in names:
             return value.strip()
-        raise ConfigError(f"{where}: unknown policy {value!r}; allowed: {_allowed(sorted(names))}")
+        raise ConfigError(f"{where}: unknown policy {shorten(value)}; allowed: {_allowed(sorted(names))}")
 
     return parse
 
@@ -279,7 +280,7 @@ def _xids(where: str, value: object) -> frozenset[int]:
     out: set[int] = set()
     for i, item in enumerate(value):
         if isinstance(item, bool) or not isinstance(item, int) or item < 0:
-            raise ConfigError(f"{where}[{i}]: {item!r} is not an XID number")
+            raise ConfigError(f"{where}[{i}]: {shorten(item)} is not an XID number")
         out.add(item)
     return frozenset(out)
 
@@ -291,7 +292,9 @@ def _env_xids(where: str, value: str) -> frozenset[int]:
         if not part:
             continue
         if not part.isdigit():
-            raise ConfigError(f"{where}: {part!r} is not an XID number; expected a comma list or 'all'")
+            raise ConfigError(
+                f"{where}: {shorten(part)} is not an XID number; expected a comma list or 'all'"
+            )
         out.add(int(part))
     return frozenset(out)
 
@@ -344,7 +347,7 @@ def _check_keys(where: str, mapping: dict[str, Any], allowed: set[str], *, stric
     for key in mapping:
         if key in allowed:
             continue
-        path = f"{where}.{key}" if where else str(key)
+        path = f"{where}.{clip(str(key))}" if where else clip(str(key))
         if strict:
             raise ConfigError(f"{path}: unknown key; allowed: {_allowed(sorted(allowed))}")
         warnings.append(f"{path}: unknown key, ignored")
@@ -371,7 +374,8 @@ def _parse_sharing_kind(prefix: str, kind: SharingKind, raw: dict[str, Any]) -> 
         replicas = entry.get("replicas")
         if isinstance(replicas, bool) or not isinstance(replicas, int) or not 2 <= replicas <= MAX_REPLICAS:
             raise ConfigError(
-                f"{ew}.replicas: {replicas!r} must be an integer of at least 2 and at most {MAX_REPLICAS}"
+                f"{ew}.replicas: {shorten(replicas)} must be an integer of at least 2 "
+                f"and at most {MAX_REPLICAS}"
             )
         rename = entry.get("rename")
         if rename is not None:
@@ -383,10 +387,12 @@ def _parse_sharing_kind(prefix: str, kind: SharingKind, raw: dict[str, Any]) -> 
         elif isinstance(devices_raw, list):
             for j, d in enumerate(devices_raw):
                 if isinstance(d, bool) or not isinstance(d, int | str):
-                    raise ConfigError(f"{ew}.devices[{j}]: {d!r} must be a GPU index or UUID")
+                    raise ConfigError(f"{ew}.devices[{j}]: {shorten(d)} must be a GPU index or UUID")
             devices = tuple(str(d) for d in devices_raw)
         else:
-            raise ConfigError(f"{ew}.devices: {devices_raw!r} must be 'all' or a list of GPU indices/UUIDs")
+            raise ConfigError(
+                f"{ew}.devices: {shorten(devices_raw)} must be 'all' or a list of GPU indices/UUIDs"
+            )
         resources.append(SharedResource(name=name, replicas=replicas, rename=rename, devices=devices))
     names = [r.name for r in resources]
     for name in names:
@@ -418,11 +424,11 @@ def _parse_sharing(prefix: str, data: dict[str, Any], kubegpu: dict[str, Any]) -
     _check_keys(f"{prefix}kubegpu.sharing", extra, _KUBEGPU_SHARING, strict=True)
     per_gpu: list[tuple[str, int]] = []
     for key, value in _mapping(f"{prefix}kubegpu.sharing.replicas", extra.get("replicas")).items():
-        where = f"{prefix}kubegpu.sharing.replicas.{key}"
+        where = f"{prefix}kubegpu.sharing.replicas.{clip(str(key))}"
         if isinstance(value, bool) or not isinstance(value, int) or not 2 <= value <= MAX_REPLICAS:
             raise ConfigError(
-                f"{where}: {value!r} must be an integer of at least 2 and at most {MAX_REPLICAS} (list the"
-                f" GPU under kubegpu.sharing.exclusive to keep it unshared)"
+                f"{where}: {shorten(value)} must be an integer of at least 2 and at most {MAX_REPLICAS} "
+                "(list the GPU under kubegpu.sharing.exclusive to keep it unshared)"
             )
         per_gpu.append((str(key), value))
     exclusive_raw = extra.get("exclusive") or []
@@ -431,7 +437,9 @@ def _parse_sharing(prefix: str, data: dict[str, Any], kubegpu: dict[str, Any]) -
     exclusive = []
     for j, d in enumerate(exclusive_raw):
         if isinstance(d, bool) or not isinstance(d, int | str):
-            raise ConfigError(f"{prefix}kubegpu.sharing.exclusive[{j}]: {d!r} must be a GPU index or UUID")
+            raise ConfigError(
+                f"{prefix}kubegpu.sharing.exclusive[{j}]: {shorten(d)} must be a GPU index or UUID"
+            )
         exclusive.append(str(d))
     if (per_gpu or exclusive) and (chosen is None or not chosen.resources):
         raise ConfigError(
@@ -523,7 +531,7 @@ def load_config(
         prefix = f"{path}: "
         version = data.get("version")
         if version not in (None, "", "v1"):
-            raise ConfigError(f"{prefix}version: {version!r} is not supported; allowed: v1")
+            raise ConfigError(f"{prefix}version: {shorten(version)} is not supported; allowed: v1")
         warnings += [prefix + w for w in _check_keys("", data, _NVIDIA_TOP, strict=False)]
         flags = _mapping(f"{prefix}flags", data.get("flags"))
         warnings += [prefix + w for w in _check_keys("flags", flags, _NVIDIA_FLAGS, strict=False)]
@@ -549,8 +557,8 @@ def load_config(
                 alias = parse(f"{prefix}kubegpu.replicaPolicy", raw)
                 if "replica_policy" in values and values["replica_policy"] != alias:
                     raise ConfigError(
-                        f"{prefix}kubegpu.replicaPolicy: {alias!r} contradicts "
-                        f"flags.plugin.sharedDevicesAllocationPolicy {values['replica_policy']!r}"
+                        f"{prefix}kubegpu.replicaPolicy: {shorten(alias)} contradicts "
+                        f"flags.plugin.sharedDevicesAllocationPolicy {shorten(values['replica_policy'])}"
                     )
                 values[name] = alias
         if env_var is not None and env.get(env_var, "") != "":

@@ -24,6 +24,7 @@ from enum import Enum
 from typing import NewType
 
 from kubegpu.deviceplugin.config import AgentConfig, DeviceIdStrategy, MigStrategy, SharingKind
+from kubegpu.echo import shorten
 from kubegpu.errors import ConfigError
 from kubegpu.model.node import Gpu, MigInstance, Node
 
@@ -224,7 +225,7 @@ def _gpu_index(node: Node, ref: str, where: str) -> int:
     for g in node.gpus:
         if g.uuid.lower() == ref.lower() or any(m.uuid.lower() == ref.lower() for m in g.mig_instances):
             return g.index
-    raise ConfigError(f"{where}: no GPU with UUID {ref} on this node")
+    raise ConfigError(f"{where}: no GPU with UUID {shorten(ref)} on this node")
 
 
 def _replicate(device: Device, count: int) -> list[Device]:
@@ -280,7 +281,7 @@ def build_inventory(node: Node, config: AgentConfig) -> Inventory:
             selected = {_gpu_index(node, ref, f"{where}.devices[{j}]") for j, ref in enumerate(spec.devices)}
         shared_name = ResourceName(spec.rename or (f"{name}.shared" if sharing.rename_by_default else name))
         if not is_extended_resource_name(shared_name):
-            raise ConfigError(f"{where}.rename: {shared_name!r} is not a valid extended resource name")
+            raise ConfigError(f"{where}.rename: {shorten(shared_name)} is not a valid extended resource name")
         kept: list[Device] = []
         shared: list[Device] = []
         for d in devices:

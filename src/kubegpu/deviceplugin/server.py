@@ -45,6 +45,7 @@ UNHEALTHY = "Unhealthy"
 _CODES = {
     Problem.EMPTY: grpc.StatusCode.INVALID_ARGUMENT,
     Problem.UNKNOWN_DEVICE: grpc.StatusCode.INVALID_ARGUMENT,
+    Problem.DUPLICATE_DEVICE: grpc.StatusCode.INVALID_ARGUMENT,
     Problem.TOO_MANY_SHARED: grpc.StatusCode.INVALID_ARGUMENT,
     Problem.UNHEALTHY: grpc.StatusCode.FAILED_PRECONDITION,
 }
@@ -89,16 +90,25 @@ class DevicePluginServicer(pb_grpc.DevicePluginServicer):
 
     def GetPreferredAllocation(self, request: Any, context: Any) -> Any:
         response = pb.PreferredAllocationResponse()
-        for req in request.container_requests:
-            ids = self._plugin.preferred(
-                list(req.available_deviceIDs), list(req.must_include_deviceIDs), req.allocation_size
+        try:
+            for req in request.container_requests:
+                ids = self._plugin.preferred(
+                    list(req.available_deviceIDs), list(req.must_include_deviceIDs), req.allocation_size
+                )
+                response.container_responses.add(deviceIDs=ids)
+        except DeviceRequestError as exc:
+            log.warning(
+                "preferred allocation refused",
+                extra={"resource": self._plugin.resource.name, "error": str(exc)},
             )
-            response.container_responses.add(deviceIDs=ids)
+            context.abort(_CODES[exc.problem], str(exc))
         return response
 
     def Allocate(self, request: Any, context: Any) -> Any:
         try:
-            allocations = [self._plugin.allocate(list(r.devices_ids)) for r in request.container_requests]
+            allocations = self._plugin.allocate_containers(
+                [list(r.devices_ids) for r in request.container_requests]
+            )
         except DeviceRequestError as exc:
             log.warning("allocate refused", extra={"resource": self._plugin.resource.name, "error": str(exc)})
             context.abort(_CODES[exc.problem], str(exc))

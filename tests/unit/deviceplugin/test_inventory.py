@@ -145,7 +145,7 @@ def test_per_gpu_replicas_and_exclusive_gpus() -> None:
 def test_unknown_gpu_references_name_the_key() -> None:
     with pytest.raises(ConfigError, match=r"kubegpu.sharing.exclusive\[0\]: no GPU 9"):
         build_inventory(SEED, _shared(2, rename=True, exclusive=("9",)))
-    with pytest.raises(ConfigError, match="no GPU with UUID GPU-nope"):
+    with pytest.raises(ConfigError, match="no GPU with UUID 'GPU-nope'"):
         build_inventory(SEED, _shared(2, per_gpu=(("GPU-nope", 2),)))
 
 
