@@ -103,11 +103,6 @@ class Resource:
             counts[d.gpu] = counts.get(d.gpu, 0) + 1
         return counts
 
-    @property
-    def socket_stem(self) -> str:
-        """``nvidia.com/mig-1g.10gb`` -> ``kubegpu-mig-1g.10gb`` (a file-name-safe stem)."""
-        return "kubegpu-" + re.sub(r"[^A-Za-z0-9_.-]", "_", self.name.split("/", 1)[-1])
-
 
 @dataclass(frozen=True, kw_only=True)
 class Inventory:

@@ -25,6 +25,7 @@ from kubegpu.deviceplugin.api import v1beta1_pb2 as pb
 from kubegpu.deviceplugin.api import v1beta1_pb2_grpc as pb_grpc
 from kubegpu.deviceplugin.plugin import DeviceRequestError, DeviceStatus, Problem, ResourcePlugin
 from kubegpu.deviceplugin.response import ContainerAllocation
+from kubegpu.deviceplugin.sockets import bound_with_mode, socket_name, socket_room, too_long
 from kubegpu.errors import SourceError
 
 __all__ = [
@@ -130,7 +131,7 @@ def _is_socket(path: Path) -> bool:
 
 
 class PluginServer:
-    """One gRPC server for one resource, on ``<plugin dir>/<stem>-<n>.sock``."""
+    """One gRPC server for one resource, on ``<plugin dir>/kubegpu-<name>-<hash>-<pid>-<n>.sock`` (0600)."""
 
     def __init__(self, plugin: ResourcePlugin, plugin_dir: Path, *, max_workers: int = 32) -> None:
         self.plugin = plugin
@@ -149,7 +150,15 @@ class PluginServer:
     def start(self) -> None:
         """Serve on a fresh socket and check it answers before anyone is told about it."""
         self._stopping = threading.Event()
-        name = f"{self.plugin.resource.socket_stem}-{os.getpid()}-{next(_socket_counter)}.sock"
+        problem = too_long(self._dir)
+        if problem is not None:
+            raise SourceError(problem)
+        name = socket_name(
+            self.plugin.resource.name,
+            pid=os.getpid(),
+            serial=next(_socket_counter),
+            room=socket_room(self._dir),
+        )
         path = self._dir / name
         if path.exists() or path.is_symlink():
             path.unlink()
@@ -157,12 +166,16 @@ class PluginServer:
         pb_grpc.add_DevicePluginServicer_to_server(  # type: ignore[no-untyped-call]
             DevicePluginServicer(self.plugin, self._stopping), server
         )
+        cannot = (
+            f"cannot listen on {path} (gRPC says why above); check that {self._dir} is a writable directory"
+        )
         try:
-            port = server.add_insecure_port(f"unix://{path.absolute()}")
+            with bound_with_mode(path):
+                port = server.add_insecure_port(f"unix://{path.absolute()}")
         except RuntimeError as exc:  # newer grpcio raises instead of returning 0
-            raise SourceError(f"cannot listen on {path}; is the device plugin directory writable?") from exc
+            raise SourceError(cannot) from exc
         if port == 0:
-            raise SourceError(f"cannot listen on {path}; is the device plugin directory writable?")
+            raise SourceError(cannot)
         server.start()
         self._server = server
         self.socket_path = path
