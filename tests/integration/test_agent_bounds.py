@@ -187,3 +187,17 @@ def test_allocate_refuses_duplicate_ids_and_empty_requests(
             allocate(stub, [])
         assert no_devices.value.code() is grpc.StatusCode.INVALID_ARGUMENT
         assert allocate(stub, [UUIDS[1]]).envs["NVIDIA_VISIBLE_DEVICES"] == UUIDS[1]
+
+
+def test_a_node_spec_uuid_that_would_escape_the_mount_root_stops_the_agent(
+    plugin_dir: Path, start_agent: Callable[..., AgentProcess]
+) -> None:
+    spec = plugin_dir.parent / f"{plugin_dir.name}-spec.yaml"
+    spec.write_text("name: lab\ngpus:\n  - model: T4\n    uuid: GPU-../../etc\n")
+    try:
+        agent = start_agent("--node-spec", str(spec), "--kubelet-socket", "")
+        assert agent.proc.wait(30) == 2, agent.log
+        assert f"{spec}:4: gpus[0].uuid: UUID 'GPU-../../etc'" in agent.log
+        assert not any(p.suffix == ".sock" for p in plugin_dir.iterdir())
+    finally:
+        spec.unlink()

@@ -25,8 +25,8 @@ from typing import NewType
 
 from kubegpu.deviceplugin.config import AgentConfig, DeviceIdStrategy, MigStrategy, SharingKind
 from kubegpu.echo import shorten
-from kubegpu.errors import ConfigError
-from kubegpu.model.node import Gpu, MigInstance, Node
+from kubegpu.errors import ConfigError, SourceError
+from kubegpu.model.node import Gpu, MigInstance, Node, uuid_problem
 
 __all__ = [
     "GPU_RESOURCE",
@@ -239,8 +239,22 @@ def _replicate(device: Device, count: int) -> list[Device]:
     ]
 
 
+def _check_uuids(node: Node) -> None:
+    """Refuse a UUID from any source (NVML, spec, capture) that is unsafe as a device ID."""
+    for gpu in node.gpus:
+        for what, uuid in (("UUID", gpu.uuid), *(("MIG instance UUID", m.uuid) for m in gpu.mig_instances)):
+            problem = uuid_problem(uuid)
+            if problem is not None:
+                raise SourceError(
+                    f"GPU {gpu.index}: {what} {shorten(uuid)} {problem}; it would become a device ID, "
+                    "an NVIDIA_VISIBLE_DEVICES entry and a mount path, so nothing is advertised"
+                )
+
+
 def build_inventory(node: Node, config: AgentConfig) -> Inventory:
-    """Resources and devices for ``node`` under ``config``; raises ``ConfigError`` on impossible mixes."""
+    """Resources and devices for ``node`` under ``config``; raises ``ConfigError`` on impossible mixes
+    and ``SourceError`` for a UUID unsafe as a device ID."""
+    _check_uuids(node)
     base, warnings = _base_resources(node, config.mig_strategy)
     kinds = {
         name: (ResourceKind.MIG if any(d.mig is not None for d in devs) else ResourceKind.GPU)

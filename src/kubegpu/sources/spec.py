@@ -19,7 +19,7 @@ from kubegpu.echo import shorten
 from kubegpu.errors import InputError, KubegpuError, SpecError
 from kubegpu.model.gpu import gpu_model
 from kubegpu.model.mig import validate_layout
-from kubegpu.model.node import Gpu, GpuUuid, MigInstance, Node
+from kubegpu.model.node import Gpu, GpuUuid, MigInstance, Node, uuid_problem
 from kubegpu.model.topology import Link, LinkKind, Topology, default_link_cost
 from kubegpu.sources.yamlfile import LocatedDoc, load_located
 
@@ -163,6 +163,11 @@ def _gpus(doc: LocatedDoc, name: str) -> list[Gpu]:
             if not model.mig_capable:
                 raise doc.error((*path, "mig"), f"{model.name} does not support MIG", SpecError)
             layout = list(mig_raw)
+        if "uuid" in entry:
+            given = str(entry["uuid"])
+            problem = uuid_problem(given) if given.startswith("GPU-") else "does not start with GPU-"
+            if problem is not None:
+                raise doc.error((*path, "uuid"), f"UUID {shorten(given)} {problem}", SpecError)
         for _ in range(count):
             index = len(gpus)
             gpu_uuid = GpuUuid(str(entry["uuid"])) if "uuid" in entry else stable_uuid(name, index)
