@@ -30,6 +30,8 @@ from kubegpu.deviceplugin.config import AgentConfig, load_config
 from kubegpu.deviceplugin.inventory import Inventory, build_inventory
 from kubegpu.deviceplugin.plugin import ResourcePlugin
 from kubegpu.deviceplugin.server import PluginServer, RegistrationFailed, register
+from kubegpu.deviceplugin.sockets import make_dirs, too_long
+from kubegpu.echo import clip
 from kubegpu.errors import InputError, KubegpuError, SourceError
 from kubegpu.health.events import EventKind, HealthEvent
 from kubegpu.health.tracker import HealthTracker, UnknownGpuError
@@ -163,8 +165,11 @@ class Agent:
                 f"--fault-file {fault_file}: {what}; give a file of JSON lines (it may appear later)"
             )
         plugin_dir = self.options.device_plugin_dir
+        problem = too_long(plugin_dir, what="--device-plugin-dir")
+        if problem is not None:
+            raise InputError(problem)
         try:
-            plugin_dir.mkdir(parents=True, exist_ok=True)
+            make_dirs(plugin_dir)  # 0750 whatever the umask; an existing one (kubelet's) is left alone
         except OSError as exc:
             raise InputError(
                 f"--device-plugin-dir {plugin_dir}: cannot create it: {exc.strerror or exc}"
@@ -210,7 +215,7 @@ class Agent:
             gpu=observed.gpu,
             kind=EventKind(observed.kind.value),
             xid=observed.xid,
-            detail=observed.detail,
+            detail=clip(observed.detail),  # file text: it reaches log lines and gRPC errors
             source=observed.source,
         )
         try:

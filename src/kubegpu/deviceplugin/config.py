@@ -43,6 +43,7 @@ from typing import Any, TypeVar
 import yaml
 
 from kubegpu.deviceplugin.policies import ALLOCATION_POLICIES, REPLICA_POLICIES
+from kubegpu.echo import clip, shorten
 from kubegpu.errors import ConfigError
 from kubegpu.health.policy import EccAction, HealthPolicy
 from kubegpu.health.xid import DEFAULT_IGNORED_XIDS, XidPolicy
@@ -217,13 +218,13 @@ def _bool(where: str, value: object) -> bool:
         return value
     if isinstance(value, str) and value.strip().lower() in _TRUE | _FALSE:
         return value.strip().lower() in _TRUE
-    raise ConfigError(f"{where}: {value!r} is not a boolean; allowed: true, false")
+    raise ConfigError(f"{where}: {shorten(value)} is not a boolean; allowed: true, false")
 
 
 def _str(where: str, value: object) -> str:
     if isinstance(value, str):
         return value
-    raise ConfigError(f"{where}: {value!r} is not a string")
+    raise ConfigError(f"{where}: {shorten(value)} is not a string")
 
 
 def _enum(cls: type[E], where: str, value: object) -> E:
@@ -232,7 +233,7 @@ def _enum(cls: type[E], where: str, value: object) -> E:
         for member in cls:
             if member.value == value.strip():
                 return member
-    raise ConfigError(f"{where}: {value!r} is not allowed; allowed: {_allowed(allowed)}")
+    raise ConfigError(f"{where}: {shorten(value)} is not allowed; allowed: {_allowed(allowed)}")
 
 
 def _strategies(where: str, value: object) -> tuple[DeviceListStrategy, ...]:
@@ -243,7 +244,7 @@ def _strategies(where: str, value: object) -> tuple[DeviceListStrategy, ...]:
         items = list(value)
         wheres = [f"{where}[{i}]" for i in range(len(items))]
     else:
-        raise ConfigError(f"{where}: {value!r} must be a strategy name, a comma list or a list")
+        raise ConfigError(f"{where}: {shorten(value)} must be a strategy name, a comma list or a list")
     if not items:
         raise ConfigError(f"{where}: at least one strategy is needed; allowed: "
                           f"{_allowed([m.value for m in DeviceListStrategy])}")  # fmt: skip
@@ -255,7 +256,7 @@ def _registered(names: Mapping[str, object]) -> Callable[[str, object], str]:
     def parse(where: str, value: object) -> str:
         if isinstance(value, str) and value.strip() in names:
             return value.strip()
-        raise ConfigError(f"{where}: unknown policy {value!r}; allowed: {_allowed(sorted(names))}")
+        raise ConfigError(f"{where}: unknown policy {shorten(value)}; allowed: {_allowed(sorted(names))}")
 
     return parse
 
@@ -286,7 +287,7 @@ def _xids(where: str, value: object) -> frozenset[int]:
     out: set[int] = set()
     for i, item in enumerate(value):
         if isinstance(item, bool) or not isinstance(item, int) or item < 0:
-            raise ConfigError(f"{where}[{i}]: {item!r} is not an XID number")
+            raise ConfigError(f"{where}[{i}]: {shorten(item)} is not an XID number")
         out.add(item)
     return frozenset(out)
 
@@ -298,7 +299,9 @@ def _env_xids(where: str, value: str) -> frozenset[int]:
         if not part:
             continue
         if not part.isdigit():
-            raise ConfigError(f"{where}: {part!r} is not an XID number; expected a comma list or 'all'")
+            raise ConfigError(
+                f"{where}: {shorten(part)} is not an XID number; expected a comma list or 'all'"
+            )
         out.add(int(part))
     return frozenset(out)
 
@@ -323,18 +326,19 @@ def resource_name(where: str, value: object) -> str:
     ``nvidia.com/gpu``); the whole name has at most 63 characters and the part after the prefix is a
     DNS subdomain (lower-case letters, digits, ``-`` and ``.``)."""
     if not isinstance(value, str):
-        raise ConfigError(f"{where}: {value!r} is not a resource name; e.g. nvidia.com/gpu")
+        raise ConfigError(f"{where}: {shorten(value)} is not a resource name; e.g. nvidia.com/gpu")
     full = value if value.startswith(RESOURCE_NAME_PREFIX + "/") else f"{RESOURCE_NAME_PREFIX}/{value}"
     if len(full) > MAX_RESOURCE_NAME_LENGTH:
         raise ConfigError(
-            f"{where}: {full!r} has {len(full)} characters; a resource name has at most "
+            f"{where}: {shorten(full)} has {len(full)} characters; a resource name has at most "
             f"{MAX_RESOURCE_NAME_LENGTH}"
         )
     short = full.split("/", 1)[1]
     if len(short) > 253 or not _DNS_SUBDOMAIN.match(short):
         raise ConfigError(
-            f"{where}: {full!r} is not a valid resource name: after {RESOURCE_NAME_PREFIX}/ it must be a "
-            f"DNS subdomain (lower-case letters, digits, '-' and '.', starting and ending with a letter "
+            f"{where}: {shorten(full)} is not a valid resource name: after {RESOURCE_NAME_PREFIX}/ "
+            f"it must be a DNS subdomain (lower-case letters, digits, '-' and '.', starting and ending "
+            f"with a letter "
             f"or digit); names without {RESOURCE_NAME_PREFIX}/ are put under it"
         )
     return full
@@ -381,11 +385,11 @@ def _check_devices(where: str, value: object) -> bool:
     """Check ``devices`` as NVIDIA does; True when it is ``all``."""
     if isinstance(value, str):
         if value != "all":
-            raise ConfigError(f"{where}: {value!r} is not allowed; {_DEVICES_ALLOWED}")
+            raise ConfigError(f"{where}: {shorten(value)} is not allowed; {_DEVICES_ALLOWED}")
         return True
     if isinstance(value, int) and not isinstance(value, bool):
         if value <= 0:
-            raise ConfigError(f"{where}: {value!r} is not allowed; {_DEVICES_ALLOWED}")
+            raise ConfigError(f"{where}: {shorten(value)} is not allowed; {_DEVICES_ALLOWED}")
         return False
     if isinstance(value, list):
         for j, item in enumerate(value):
@@ -394,11 +398,11 @@ def _check_devices(where: str, value: object) -> bool:
             if isinstance(item, str) and _is_device_ref(item):
                 continue
             raise ConfigError(
-                f'{where}[{j}]: {item!r} is not a GPU index, a MIG index ("<gpu>:<mig>"), a GPU UUID '
+                f'{where}[{j}]: {shorten(item)} is not a GPU index, a MIG index ("<gpu>:<mig>"), a GPU UUID '
                 f"(GPU-<uuid>) or a MIG UUID (MIG-<uuid>, MIG-GPU-<uuid>/<gi>/<ci>)"
             )
         return False
-    raise ConfigError(f"{where}: {value!r} is not allowed; {_DEVICES_ALLOWED}")
+    raise ConfigError(f"{where}: {shorten(value)} is not allowed; {_DEVICES_ALLOWED}")
 
 
 def _check_resources_section(prefix: str, value: object) -> None:
@@ -424,7 +428,7 @@ def _check_resources_section(prefix: str, value: object) -> None:
             if "pattern" not in entry:
                 raise ConfigError(f"{ew}.pattern: missing; e.g. '*'")
             if not isinstance(entry["pattern"], str):
-                raise ConfigError(f"{ew}.pattern: {entry['pattern']!r} is not a string")
+                raise ConfigError(f"{ew}.pattern: {shorten(entry['pattern'])} is not a string")
             if "name" not in entry:
                 raise ConfigError(f"{ew}.name: missing; e.g. gpu")
             resource_name(f"{ew}.name", entry["name"])
@@ -437,7 +441,7 @@ def _check_imex(prefix: str, value: object) -> None:
     if ids is not None and not (
         isinstance(ids, list) and (ids == [] or (len(ids) == 1 and type(ids[0]) is int and ids[0] == 0))
     ):
-        raise ConfigError(f"{prefix}imex.channelIDs: {ids!r} is not allowed; allowed: [] or [0]")
+        raise ConfigError(f"{prefix}imex.channelIDs: {shorten(ids)} is not allowed; allowed: [] or [0]")
     if imex.get("required") is not None:
         _bool(f"{prefix}imex.required", imex["required"])
 
@@ -490,7 +494,7 @@ def _check_keys(where: str, mapping: dict[str, Any], allowed: set[str], *, stric
     for key in mapping:
         if key in allowed:
             continue
-        path = f"{where}.{key}" if where else str(key)
+        path = f"{where}.{clip(str(key))}" if where else clip(str(key))
         if strict:
             raise ConfigError(f"{path}: unknown key; allowed: {_allowed(sorted(allowed))}")
         warnings.append(f"{path}: unknown key, ignored")
@@ -499,7 +503,9 @@ def _check_keys(where: str, mapping: dict[str, Any], allowed: set[str], *, stric
 
 def _replicas(where: str, value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not 2 <= value <= MAX_REPLICAS:
-        raise ConfigError(f"{where}: {value!r} must be an integer of at least 2 and at most {MAX_REPLICAS}")
+        raise ConfigError(
+            f"{where}: {shorten(value)} must be an integer of at least 2 and at most {MAX_REPLICAS}"
+        )
     return value
 
 
@@ -530,8 +536,8 @@ def _parse_shared_resource(
             )
     if not all_devices:
         warnings.append(
-            f"{ew}.devices: {entry['devices']!r} is ignored, as NVIDIA's plugin ignores it: every device "
-            f"of {name} is shared (kubegpu.sharing.exclusive keeps chosen GPUs whole)"
+            f"{ew}.devices: {shorten(entry['devices'])} is ignored, as NVIDIA's plugin ignores it: "
+            f"every device of {name} is shared (kubegpu.sharing.exclusive keeps chosen GPUs whole)"
         )
     return SharedResource(name=name, replicas=replicas)
 
@@ -605,11 +611,11 @@ def _parse_sharing(
     _check_keys(f"{prefix}kubegpu.sharing", extra, _KUBEGPU_SHARING, strict=True)
     per_gpu: list[tuple[str, int]] = []
     for key, value in _mapping(f"{prefix}kubegpu.sharing.replicas", extra.get("replicas")).items():
-        where = f"{prefix}kubegpu.sharing.replicas.{key}"
+        where = f"{prefix}kubegpu.sharing.replicas.{clip(str(key))}"
         if isinstance(value, bool) or not isinstance(value, int) or not 2 <= value <= MAX_REPLICAS:
             raise ConfigError(
-                f"{where}: {value!r} must be an integer of at least 2 and at most {MAX_REPLICAS} (list the"
-                f" GPU under kubegpu.sharing.exclusive to keep it unshared)"
+                f"{where}: {shorten(value)} must be an integer of at least 2 and at most {MAX_REPLICAS} "
+                "(list the GPU under kubegpu.sharing.exclusive to keep it unshared)"
             )
         per_gpu.append((str(key), value))
     exclusive_raw = extra.get("exclusive") or []
@@ -618,7 +624,9 @@ def _parse_sharing(
     exclusive = []
     for j, d in enumerate(exclusive_raw):
         if isinstance(d, bool) or not isinstance(d, int | str):
-            raise ConfigError(f"{prefix}kubegpu.sharing.exclusive[{j}]: {d!r} must be a GPU index or UUID")
+            raise ConfigError(
+                f"{prefix}kubegpu.sharing.exclusive[{j}]: {shorten(d)} must be a GPU index or UUID"
+            )
         exclusive.append(str(d))
     if (per_gpu or exclusive or extra.get("rename")) and chosen is None:
         raise ConfigError(
@@ -716,7 +724,7 @@ def load_config(
         prefix = f"{path}: "
         version = data.get("version")
         if version not in (None, "", "v1"):
-            raise ConfigError(f"{prefix}version: {version!r} is not supported; allowed: v1")
+            raise ConfigError(f"{prefix}version: {shorten(version)} is not supported; allowed: v1")
         warnings += [prefix + w for w in _check_keys("", data, _NVIDIA_TOP, strict=False)]
         flags = _mapping(f"{prefix}flags", data.get("flags"))
         warnings += [prefix + w for w in _check_keys("flags", flags, _NVIDIA_FLAGS, strict=False)]
@@ -744,8 +752,8 @@ def load_config(
                 alias = parse(f"{prefix}kubegpu.replicaPolicy", raw)
                 if "replica_policy" in values and values["replica_policy"] != alias:
                     raise ConfigError(
-                        f"{prefix}kubegpu.replicaPolicy: {alias!r} contradicts "
-                        f"flags.plugin.sharedDevicesAllocationPolicy {values['replica_policy']!r}"
+                        f"{prefix}kubegpu.replicaPolicy: {shorten(alias)} contradicts "
+                        f"flags.plugin.sharedDevicesAllocationPolicy {shorten(values['replica_policy'])}"
                     )
                 values[name] = alias
         if env_var is not None and env.get(env_var, "") != "":

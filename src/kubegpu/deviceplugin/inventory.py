@@ -24,8 +24,9 @@ from enum import Enum
 from typing import NewType
 
 from kubegpu.deviceplugin.config import AgentConfig, DeviceIdStrategy, MigStrategy, SharingKind
-from kubegpu.errors import ConfigError
-from kubegpu.model.node import Gpu, MigInstance, Node
+from kubegpu.echo import shorten
+from kubegpu.errors import ConfigError, SourceError
+from kubegpu.model.node import Gpu, MigInstance, Node, uuid_problem
 
 __all__ = [
     "GPU_RESOURCE",
@@ -101,11 +102,6 @@ class Resource:
         for d in self.devices:
             counts[d.gpu] = counts.get(d.gpu, 0) + 1
         return counts
-
-    @property
-    def socket_stem(self) -> str:
-        """``nvidia.com/mig-1g.10gb`` -> ``kubegpu-mig-1g.10gb`` (a file-name-safe stem)."""
-        return "kubegpu-" + re.sub(r"[^A-Za-z0-9_.-]", "_", self.name.split("/", 1)[-1])
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -224,7 +220,7 @@ def _gpu_index(node: Node, ref: str, where: str) -> int:
     for g in node.gpus:
         if g.uuid.lower() == ref.lower() or any(m.uuid.lower() == ref.lower() for m in g.mig_instances):
             return g.index
-    raise ConfigError(f"{where}: no GPU with UUID {ref} on this node")
+    raise ConfigError(f"{where}: no GPU with UUID {shorten(ref)} on this node")
 
 
 def _replicate(device: Device, count: int) -> list[Device]:
@@ -243,8 +239,22 @@ def _replicate(device: Device, count: int) -> list[Device]:
     ]
 
 
+def _check_uuids(node: Node) -> None:
+    """Refuse a UUID from any source (NVML, spec, capture) that is unsafe as a device ID."""
+    for gpu in node.gpus:
+        for what, uuid in (("UUID", gpu.uuid), *(("MIG instance UUID", m.uuid) for m in gpu.mig_instances)):
+            problem = uuid_problem(uuid)
+            if problem is not None:
+                raise SourceError(
+                    f"GPU {gpu.index}: {what} {shorten(uuid)} {problem}; it would become a device ID, "
+                    "an NVIDIA_VISIBLE_DEVICES entry and a mount path, so nothing is advertised"
+                )
+
+
 def build_inventory(node: Node, config: AgentConfig) -> Inventory:
-    """Resources and devices for ``node`` under ``config``; raises ``ConfigError`` on impossible mixes."""
+    """Resources and devices for ``node`` under ``config``; raises ``ConfigError`` on impossible mixes
+    and ``SourceError`` for a UUID unsafe as a device ID."""
+    _check_uuids(node)
     base, warnings = _base_resources(node, config.mig_strategy)
     kinds = {
         name: (ResourceKind.MIG if any(d.mig is not None for d in devs) else ResourceKind.GPU)
@@ -278,7 +288,7 @@ def build_inventory(node: Node, config: AgentConfig) -> Inventory:
         shared_name = ResourceName(spec.rename or (f"{name}.shared" if sharing.rename_by_default else name))
         if not is_extended_resource_name(shared_name):
             key = f"kubegpu.sharing.rename.{name}" if spec.rename else f"{where}.name"
-            raise ConfigError(f"{key}: {shared_name!r} is not a valid extended resource name")
+            raise ConfigError(f"{key}: {shorten(shared_name)} is not a valid extended resource name")
         # As NVIDIA's plugin runs it, every device of the resource is shared; kubegpu's exclusive GPUs
         # are the only ones kept whole.
         kept: list[Device] = []

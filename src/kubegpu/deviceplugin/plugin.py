@@ -2,9 +2,11 @@
 
 This is where the device plugin's policy lives; the gRPC servicer in ``server.py`` only translates
 protobuf to these calls and back. Health is read from the node-wide ``HealthTracker``, so a device is
-Unhealthy whenever the physical GPU behind it is. ``preferred`` never returns an ID outside the
-caller's ``available`` list, always keeps the must-include IDs, and never fails: a policy that cannot
-answer falls back to a simple choice. ``allocate`` validates every ID before building anything.
+Unhealthy whenever the physical GPU behind it is. ``preferred`` only ever returns IDs this plugin owns
+from the caller's ``available`` list, always keeps the must-include IDs, and fails only when kubelet
+names an ID the plugin never advertised: a policy that cannot answer falls back to a simple choice.
+``allocate`` validates every ID (known, named once, healthy) before building anything. Every echo of
+a client-supplied ID goes through ``kubegpu.echo.shorten``.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from kubegpu.deviceplugin.config import AgentConfig
 from kubegpu.deviceplugin.inventory import Device, Resource, ResourceKind
 from kubegpu.deviceplugin.policies import ALLOCATION_POLICIES, REPLICA_POLICIES
 from kubegpu.deviceplugin.response import ContainerAllocation, build_allocation
+from kubegpu.echo import shorten
 from kubegpu.health.tracker import HealthTracker
 from kubegpu.model.topology import Topology
 
@@ -32,6 +35,7 @@ class Problem(Enum):
 
     EMPTY = "empty"
     UNKNOWN_DEVICE = "unknown-device"
+    DUPLICATE_DEVICE = "duplicate-device"
     UNHEALTHY = "unhealthy"
     TOO_MANY_SHARED = "too-many-shared"
 
@@ -109,15 +113,22 @@ class ResourcePlugin:
     # -- GetPreferredAllocation ---------------------------------------------------------------
 
     def preferred(self, available: Sequence[str], must_include: Sequence[str], size: int) -> tuple[str, ...]:
-        """The IDs to prefer among ``available`` (a subset of it), must-include IDs first."""
+        """The IDs to prefer among ``available`` (a subset of it), must-include IDs first.
+
+        kubelet only offers IDs this plugin advertised, so an unknown ID in either list means kubelet
+        and the plugin disagree about the devices (or the caller is not kubelet): it is refused with
+        ``Problem.UNKNOWN_DEVICE`` rather than dropped, and never returned.
+        """
+        for device_id in (*must_include, *available):
+            if self.resource.device(device_id) is None:
+                raise DeviceRequestError(Problem.UNKNOWN_DEVICE, self._unknown(device_id))
         offered = list(dict.fromkeys(available))
         offered_set = set(offered)
         must = [i for i in dict.fromkeys(must_include) if i in offered_set]
         candidates: list[Device] = []
         for device_id in offered:
             device = self.resource.device(device_id)
-            if device is None:
-                continue  # not ours: never prefer it, kubelet fills any shortfall itself
+            assert device is not None  # checked above
             if device_id in must or self._tracker.is_healthy(device.gpu):
                 candidates.append(device)
         if size <= len(must):
@@ -142,19 +153,32 @@ class ResourcePlugin:
 
     # -- Allocate -----------------------------------------------------------------------------
 
+    def _unknown(self, device_id: str) -> str:
+        return (
+            f"{self.resource.name}: unknown device ID {shorten(device_id)}; this plugin advertises "
+            f"{len(self.resource.devices)} devices (e.g. {self.resource.devices[0].id})"
+        )
+
     def validate(self, device_ids: Sequence[str]) -> list[Device]:
-        """The devices behind ``device_ids``; raises ``DeviceRequestError`` naming the first bad one."""
+        """The devices behind ``device_ids``; raises ``DeviceRequestError`` naming the first bad one.
+
+        An empty list and an ID named twice are refused: kubelet never sends either, and silently
+        de-duplicating would grant fewer devices than the container was admitted with.
+        """
         if not device_ids:
             raise DeviceRequestError(Problem.EMPTY, f"{self.resource.name}: the request names no devices")
         devices: list[Device] = []
+        seen: set[str] = set()
         for device_id in device_ids:
             device = self.resource.device(device_id)
             if device is None:
+                raise DeviceRequestError(Problem.UNKNOWN_DEVICE, self._unknown(device_id))
+            if device_id in seen:
                 raise DeviceRequestError(
-                    Problem.UNKNOWN_DEVICE,
-                    f"{self.resource.name}: unknown device ID {device_id!r}; this plugin advertises "
-                    f"{len(self.resource.devices)} devices (e.g. {self.resource.devices[0].id})",
+                    Problem.DUPLICATE_DEVICE,
+                    f"{self.resource.name}: device ID {shorten(device_id)} is named twice in one request",
                 )
+            seen.add(device_id)
             devices.append(device)
         for device in devices:
             if not self._tracker.is_healthy(device.gpu):
@@ -175,6 +199,20 @@ class ResourcePlugin:
     def allocate(self, device_ids: Sequence[str]) -> ContainerAllocation:
         devices = self.validate(device_ids)
         return build_allocation(self.resource, devices, self._config, annotation_id=self._annotation_id)
+
+    def allocate_containers(self, requests: Sequence[Sequence[str]]) -> list[ContainerAllocation]:
+        """One answer per container request; all are validated before any is built.
+
+        No container requests is refused (``Problem.EMPTY``): kubelet always sends exactly one, and an
+        empty answer would only fail later, in kubelet, with a less helpful message.
+        """
+        if not requests:
+            raise DeviceRequestError(
+                Problem.EMPTY, f"{self.resource.name}: the Allocate request has no container requests"
+            )
+        for device_ids in requests:
+            self.validate(device_ids)
+        return [self.allocate(device_ids) for device_ids in requests]
 
     def pre_start(self, device_ids: Sequence[str]) -> None:
         """With ``preStartCheck``: refuse to start a container on a device that turned unhealthy."""

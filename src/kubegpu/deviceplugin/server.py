@@ -25,6 +25,7 @@ from kubegpu.deviceplugin.api import v1beta1_pb2 as pb
 from kubegpu.deviceplugin.api import v1beta1_pb2_grpc as pb_grpc
 from kubegpu.deviceplugin.plugin import DeviceRequestError, DeviceStatus, Problem, ResourcePlugin
 from kubegpu.deviceplugin.response import ContainerAllocation
+from kubegpu.deviceplugin.sockets import bound_with_mode, socket_name, socket_room, too_long
 from kubegpu.errors import SourceError
 
 __all__ = [
@@ -45,6 +46,7 @@ UNHEALTHY = "Unhealthy"
 _CODES = {
     Problem.EMPTY: grpc.StatusCode.INVALID_ARGUMENT,
     Problem.UNKNOWN_DEVICE: grpc.StatusCode.INVALID_ARGUMENT,
+    Problem.DUPLICATE_DEVICE: grpc.StatusCode.INVALID_ARGUMENT,
     Problem.TOO_MANY_SHARED: grpc.StatusCode.INVALID_ARGUMENT,
     Problem.UNHEALTHY: grpc.StatusCode.FAILED_PRECONDITION,
 }
@@ -89,16 +91,25 @@ class DevicePluginServicer(pb_grpc.DevicePluginServicer):
 
     def GetPreferredAllocation(self, request: Any, context: Any) -> Any:
         response = pb.PreferredAllocationResponse()
-        for req in request.container_requests:
-            ids = self._plugin.preferred(
-                list(req.available_deviceIDs), list(req.must_include_deviceIDs), req.allocation_size
+        try:
+            for req in request.container_requests:
+                ids = self._plugin.preferred(
+                    list(req.available_deviceIDs), list(req.must_include_deviceIDs), req.allocation_size
+                )
+                response.container_responses.add(deviceIDs=ids)
+        except DeviceRequestError as exc:
+            log.warning(
+                "preferred allocation refused",
+                extra={"resource": self._plugin.resource.name, "error": str(exc)},
             )
-            response.container_responses.add(deviceIDs=ids)
+            context.abort(_CODES[exc.problem], str(exc))
         return response
 
     def Allocate(self, request: Any, context: Any) -> Any:
         try:
-            allocations = [self._plugin.allocate(list(r.devices_ids)) for r in request.container_requests]
+            allocations = self._plugin.allocate_containers(
+                [list(r.devices_ids) for r in request.container_requests]
+            )
         except DeviceRequestError as exc:
             log.warning("allocate refused", extra={"resource": self._plugin.resource.name, "error": str(exc)})
             context.abort(_CODES[exc.problem], str(exc))
@@ -120,7 +131,7 @@ def _is_socket(path: Path) -> bool:
 
 
 class PluginServer:
-    """One gRPC server for one resource, on ``<plugin dir>/<stem>-<n>.sock``."""
+    """One gRPC server for one resource, on ``<plugin dir>/kubegpu-<name>-<hash>-<pid>-<n>.sock`` (0600)."""
 
     def __init__(self, plugin: ResourcePlugin, plugin_dir: Path, *, max_workers: int = 32) -> None:
         self.plugin = plugin
@@ -139,7 +150,15 @@ class PluginServer:
     def start(self) -> None:
         """Serve on a fresh socket and check it answers before anyone is told about it."""
         self._stopping = threading.Event()
-        name = f"{self.plugin.resource.socket_stem}-{os.getpid()}-{next(_socket_counter)}.sock"
+        problem = too_long(self._dir)
+        if problem is not None:
+            raise SourceError(problem)
+        name = socket_name(
+            self.plugin.resource.name,
+            pid=os.getpid(),
+            serial=next(_socket_counter),
+            room=socket_room(self._dir),
+        )
         path = self._dir / name
         if path.exists() or path.is_symlink():
             path.unlink()
@@ -147,12 +166,16 @@ class PluginServer:
         pb_grpc.add_DevicePluginServicer_to_server(  # type: ignore[no-untyped-call]
             DevicePluginServicer(self.plugin, self._stopping), server
         )
+        cannot = (
+            f"cannot listen on {path} (gRPC says why above); check that {self._dir} is a writable directory"
+        )
         try:
-            port = server.add_insecure_port(f"unix://{path.absolute()}")
+            with bound_with_mode(path):
+                port = server.add_insecure_port(f"unix://{path.absolute()}")
         except RuntimeError as exc:  # newer grpcio raises instead of returning 0
-            raise SourceError(f"cannot listen on {path}; is the device plugin directory writable?") from exc
+            raise SourceError(cannot) from exc
         if port == 0:
-            raise SourceError(f"cannot listen on {path}; is the device plugin directory writable?")
+            raise SourceError(cannot)
         server.start()
         self._server = server
         self.socket_path = path

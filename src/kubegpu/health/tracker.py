@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from kubegpu.echo import shorten
 from kubegpu.health.events import HealthEvent
 from kubegpu.health.policy import HealthPolicy, VerdictKind
 
@@ -81,7 +82,7 @@ class HealthTracker:
             raise UnknownGpuError(f"no GPU {gpu} on this node (GPUs 0..{self._gpu_count - 1})")
         index = self._aliases.get(gpu.lower())
         if index is None:
-            raise UnknownGpuError(f"no GPU with UUID {gpu} on this node")
+            raise UnknownGpuError(f"no GPU with UUID {shorten(gpu)} on this node")
         return index
 
     def apply(self, event: HealthEvent) -> Transition | None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from kubegpu.echo import shorten
 from kubegpu.errors import InputError
 
 __all__ = ["CATALOGUE", "GpuModel", "gpu_model", "model_for_product", "model_names"]
@@ -155,7 +156,7 @@ def gpu_model(name: str) -> GpuModel:
     for key, model in CATALOGUE.items():
         if key.lower() == name.strip().lower():
             return model
-    raise InputError(f"unknown GPU model {name!r}; known models: {', '.join(CATALOGUE)}")
+    raise InputError(f"unknown GPU model {shorten(name)}; known models: {', '.join(CATALOGUE)}")
 
 
 def model_for_product(product: str) -> GpuModel | None:

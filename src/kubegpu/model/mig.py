@@ -14,6 +14,7 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from kubegpu.echo import shorten
 from kubegpu.errors import InputError, MigLayoutError
 
 __all__ = [
@@ -171,7 +172,7 @@ def _model_key(model: str) -> str:
     for key in _PROFILES:
         if key.lower() == model.strip().lower():
             return key
-    raise InputError(f"{model!r} has no MIG profiles; MIG-capable models: {', '.join(_PROFILES)}")
+    raise InputError(f"{shorten(model)} has no MIG profiles; MIG-capable models: {', '.join(_PROFILES)}")
 
 
 def profiles(model: str) -> tuple[MigProfile, ...]:
@@ -187,7 +188,7 @@ def profile(model: str, name: str) -> MigProfile:
         if wanted in (p.name, p.resource_suffix):
             return p
     known = ", ".join(p.name for p in _PROFILES[key])
-    raise InputError(f"{key} has no MIG profile {name!r}; its profiles are: {known}")
+    raise InputError(f"{key} has no MIG profile {shorten(name)}; its profiles are: {known}")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -226,7 +227,7 @@ def _parse_request(model: str, item: str) -> tuple[MigProfile, int | None]:
     if "@" in text:
         name, _, slot_text = text.partition("@")
         if not slot_text.strip().isdigit():
-            raise InputError(f"{item!r}: the start slot after '@' must be a number")
+            raise InputError(f"{shorten(item)}: the start slot after '@' must be a number")
         return profile(model, name), int(slot_text)
     return profile(model, text), None
 

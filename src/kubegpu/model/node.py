@@ -6,15 +6,32 @@ allocation, the device plugin) reads only this.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import NewType
 
 from kubegpu.model.topology import Topology
 
-__all__ = ["Gpu", "GpuUuid", "MigInstance", "Node", "NodeName"]
+__all__ = ["UUID_MAX", "Gpu", "GpuUuid", "MigInstance", "Node", "NodeName", "uuid_problem"]
 
 GpuUuid = NewType("GpuUuid", str)
 NodeName = NewType("NodeName", str)
+
+# A UUID becomes a device ID, a value in NVIDIA_VISIBLE_DEVICES (comma-separated), a mount path
+# under /var/run/nvidia-container-devices and a CDI name, so only a safe alphabet is accepted:
+# GPU-/MIG- then letters, digits and '-', plus old drivers' MIG-GPU-<uuid>/<gi>/<ci> form.
+UUID_MAX = 63  # the proto's limit for a Device ID
+_UUID_RE = re.compile(r"(GPU|MIG)-[A-Za-z0-9][A-Za-z0-9-]*")
+_LEGACY_MIG_RE = re.compile(r"MIG-GPU-[A-Za-z0-9][A-Za-z0-9-]*/[0-9]+/[0-9]+")
+
+
+def uuid_problem(uuid: str) -> str | None:
+    """Why ``uuid`` cannot name a device (a phrase to follow the UUID in a message), or ``None``."""
+    if len(uuid) > UUID_MAX:
+        return f"is {len(uuid)} characters long; at most {UUID_MAX} are allowed"
+    if _UUID_RE.fullmatch(uuid) or _LEGACY_MIG_RE.fullmatch(uuid):
+        return None
+    return "is not GPU-... or MIG-... followed by letters, digits and '-'"
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -26,6 +26,7 @@ from enum import Enum
 from functools import cached_property
 from itertools import combinations
 
+from kubegpu.echo import shorten
 from kubegpu.errors import InputError
 from kubegpu.model.gpu import NVLINK_LINK_GBPS, PCIE_X16_GBPS
 
@@ -101,7 +102,9 @@ class Link:
         """Parse a label as printed by ``nvidia-smi topo -m`` (``SOC`` is an old name of ``SYS``)."""
         match = _LABEL_RE.match(label.strip().upper())
         if match is None:
-            raise InputError(f"unknown link type {label!r}; expected X, NV<n>, PIX, PXB, PHB, NODE or SYS")
+            raise InputError(
+                f"unknown link type {shorten(label)}; expected X, NV<n>, PIX, PXB, PHB, NODE or SYS"
+            )
         if match["n"] is not None:
             return cls(kind=LinkKind.NVLINK, nvlinks=int(match["n"]))
         kind = "SYS" if match["kind"] == "SOC" else match["kind"]

@@ -20,6 +20,7 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
+from kubegpu.echo import shorten
 from kubegpu.errors import InputError
 from kubegpu.sources.events import GpuEvent, GpuEventKind
 
@@ -43,10 +44,11 @@ def parse_fault_line(line: str, *, where: str = "fault file") -> GpuEvent | None
         raise InputError(f'{where}: expected a JSON object like {{"gpu": 3, "xid": 79}}')
     unknown = set(raw) - _KEYS
     if unknown:
-        raise InputError(f"{where}: unknown key {sorted(unknown)[0]!r}; allowed: {', '.join(sorted(_KEYS))}")
+        key = shorten(sorted(unknown)[0])
+        raise InputError(f"{where}: unknown key {key}; allowed: {', '.join(sorted(_KEYS))}")
     gpu = raw.get("gpu")
     if isinstance(gpu, bool) or not isinstance(gpu, int | str):
-        raise InputError(f"{where}: 'gpu' must be a GPU index or UUID, not {gpu!r}")
+        raise InputError(f"{where}: 'gpu' must be a GPU index or UUID, not {shorten(gpu)}")
     detail = raw.get("detail", "")
     if not isinstance(detail, str):
         raise InputError(f"{where}: 'detail' must be a string")
@@ -57,17 +59,17 @@ def parse_fault_line(line: str, *, where: str = "fault file") -> GpuEvent | None
     if "xid" in raw:
         xid = raw["xid"]
         if isinstance(xid, bool) or not isinstance(xid, int) or xid < 0:
-            raise InputError(f"{where}: 'xid' must be a non-negative integer, not {xid!r}")
+            raise InputError(f"{where}: 'xid' must be a non-negative integer, not {shorten(xid)}")
         return GpuEvent(gpu=gpu, kind=GpuEventKind.XID, xid=xid, detail=detail, source=source)
     if "ecc" in raw:
         ecc = raw["ecc"]
         if ecc not in ("dbe", "sbe"):
-            raise InputError(f'{where}: \'ecc\' must be "dbe" or "sbe", not {ecc!r}')
+            raise InputError(f'{where}: \'ecc\' must be "dbe" or "sbe", not {shorten(ecc)}')
         kind = GpuEventKind.ECC_DOUBLE_BIT if ecc == "dbe" else GpuEventKind.ECC_SINGLE_BIT
         return GpuEvent(gpu=gpu, kind=kind, detail=detail, source=source)
     healthy = raw["healthy"]
     if not isinstance(healthy, bool):
-        raise InputError(f"{where}: 'healthy' must be true or false, not {healthy!r}")
+        raise InputError(f"{where}: 'healthy' must be true or false, not {shorten(healthy)}")
     kind = GpuEventKind.HEALTHY if healthy else GpuEventKind.LOST
     return GpuEvent(gpu=gpu, kind=kind, detail=detail, source=source)
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from kubegpu.echo import shorten
 from kubegpu.errors import InputError, TopologyParseError
 from kubegpu.model.gpu import GpuModel, gpu_model, model_for_product
 from kubegpu.model.node import Gpu, GpuUuid, Node
@@ -169,7 +170,7 @@ def parse_topo_matrix(text: str, origin: str = "<capture>") -> SmiTopology:
         label = match[1]
         if label not in devices:
             raise TopologyParseError(
-                f"{origin}:{offset}: row {label!r} is not one of the columns {', '.join(devices)}"
+                f"{origin}:{offset}: row {shorten(label)} is not one of the columns {', '.join(devices)}"
             )
         if label in rows:
             raise TopologyParseError(f"{origin}:{offset}: row {label} appears twice")

@@ -18,10 +18,11 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from kubegpu.echo import shorten
 from kubegpu.errors import InputError, KubegpuError, SpecError, TopologyParseError
 from kubegpu.model.gpu import gpu_model
 from kubegpu.model.mig import validate_layout
-from kubegpu.model.node import Gpu, GpuUuid, MigInstance, Node
+from kubegpu.model.node import Gpu, GpuUuid, MigInstance, Node, uuid_problem
 from kubegpu.model.topology import Link, LinkKind, Topology, default_link_cost
 from kubegpu.sources.yamlfile import LocatedDoc, load_located
 
@@ -58,7 +59,7 @@ def _read_source(source: str) -> tuple[str, str]:
     if source.startswith(BUILTIN_PREFIX):
         name = source.removeprefix(BUILTIN_PREFIX)
         if name not in builtin_names():
-            raise SpecError(f"unknown builtin spec {source!r}; builtins: {', '.join(builtin_names())}")
+            raise SpecError(f"unknown builtin spec {shorten(source)}; builtins: {', '.join(builtin_names())}")
         text = resources.files("kubegpu.sources").joinpath("builtin", f"{name}.yaml").read_text("utf-8")
         return text, source
     path = Path(source)
@@ -106,13 +107,13 @@ def _expand_group(doc: LocatedDoc, path: tuple[str | int, ...], raw: Any, n: int
     values = raw if isinstance(raw, list) else [raw]
     for value in values:
         if isinstance(value, bool):
-            raise doc.error(path, f"expected GPU indices, got {value!r}", SpecError)
+            raise doc.error(path, f"expected GPU indices, got {shorten(value)}", SpecError)
         if isinstance(value, int):
             items.append(value)
         elif isinstance(value, str) and (m := _RANGE_RE.match(value)):
             lo, hi = int(m[1]), int(m[2])
             if lo > hi:
-                raise doc.error(path, f"range {value!r} runs backwards", SpecError)
+                raise doc.error(path, f"range {shorten(value)} runs backwards", SpecError)
             if hi >= n:  # checked before expanding, so '0-99999999999' cannot eat memory
                 first = max(lo, n)
                 raise doc.error(path, f"GPU {first} does not exist: the spec has GPUs 0..{n - 1}", SpecError)
@@ -120,7 +121,8 @@ def _expand_group(doc: LocatedDoc, path: tuple[str | int, ...], raw: Any, n: int
         elif isinstance(value, str) and value.strip().isdigit():
             items.append(int(value))
         else:
-            raise doc.error(path, f"expected GPU indices or ranges like '0-3', got {value!r}", SpecError)
+            what = f"expected GPU indices or ranges like '0-3', got {shorten(value)}"
+            raise doc.error(path, what, SpecError)
     for g in items:
         if not 0 <= g < n:
             raise doc.error(path, f"GPU {g} does not exist: the spec has GPUs 0..{n - 1}", SpecError)
@@ -135,13 +137,15 @@ def _check_keys(
     for key in value:
         if key not in allowed:
             raise doc.error(
-                (*path, str(key)), f"unknown key {key!r}; allowed: {', '.join(sorted(allowed))}", SpecError
+                (*path, str(key)),
+                f"unknown key {shorten(key)}; allowed: {', '.join(sorted(allowed))}",
+                SpecError,
             )
 
 
 def _int(doc: LocatedDoc, path: tuple[str | int, ...], value: Any, *, minimum: int = 0) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise doc.error(path, f"expected an integer >= {minimum}, got {value!r}", SpecError)
+        raise doc.error(path, f"expected an integer >= {minimum}, got {shorten(value)}", SpecError)
     return value
 
 
@@ -183,6 +187,11 @@ def _gpus(doc: LocatedDoc, name: str) -> list[Gpu]:
             if not model.mig_capable:
                 raise doc.error((*path, "mig"), f"{model.name} does not support MIG", SpecError)
             layout = list(mig_raw)
+        if "uuid" in entry:
+            given = str(entry["uuid"])
+            problem = uuid_problem(given) if given.startswith("GPU-") else "does not start with GPU-"
+            if problem is not None:
+                raise doc.error((*path, "uuid"), f"UUID {shorten(given)} {problem}", SpecError)
         for _ in range(count):
             index = len(gpus)
             gpu_uuid = GpuUuid(str(entry["uuid"])) if "uuid" in entry else stable_uuid(name, index)
@@ -252,7 +261,7 @@ def _tiers(doc: LocatedDoc, raw: Any, n: int) -> tuple[list[list[Link]], list[li
                 groups.append(members)
         cost = tier.get("cost")
         if cost is not None and (isinstance(cost, bool) or not isinstance(cost, int | float) or cost <= 0):
-            raise doc.error((*path, "cost"), f"expected a positive number, got {cost!r}", SpecError)
+            raise doc.error((*path, "cost"), f"expected a positive number, got {shorten(cost)}", SpecError)
         parsed.append((link, groups, None if cost is None else float(cost)))
     links = [[Link(kind=LinkKind.SELF)] * n for _ in range(n)]
     costs: list[list[float | None]] = [[0.0] * n for _ in range(n)]
@@ -315,7 +324,9 @@ def _topology(doc: LocatedDoc, gpus: Sequence[Gpu]) -> Topology | None:
         for r, row in enumerate(cells):
             for c, value in enumerate(row):
                 if isinstance(value, bool) or not isinstance(value, int | float):
-                    raise doc.error(("topology", "costs", r), f"cost {value!r} is not a number", SpecError)
+                    raise doc.error(
+                        ("topology", "costs", r), f"cost {shorten(value)} is not a number", SpecError
+                    )
                 explicit[r][c] = float(value)
     models = [gpu_model(g.model) for g in gpus]
     nv_gen = min((m.nvlink_generation for m in models if m.nvlink_generation), default=4)
@@ -345,7 +356,8 @@ def parse_spec(text: str, *, origin: str = "<spec>", node_name: str | None = Non
     _check_keys(doc, (), doc.data, _TOP_KEYS, "a node spec")
     name = node_name or str(doc.data.get("name", Path(origin).stem))
     if not _NAME_RE.match(name):
-        raise doc.error(("name",), f"{name!r} is not a valid node name (lower-case DNS label)", SpecError)
+        what = f"{shorten(name)} is not a valid node name (lower-case DNS label)"
+        raise doc.error(("name",), what, SpecError)
     gpus = _gpus(doc, name)
     topology = _topology(doc, gpus)
     return Node(name=name, gpus=tuple(gpus), topology=topology)

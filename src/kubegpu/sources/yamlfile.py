@@ -10,6 +10,7 @@ from typing import Any
 
 import yaml
 
+from kubegpu.echo import clip
 from kubegpu.errors import InputError
 
 __all__ = ["LocatedDoc", "format_path", "load_located"]
@@ -19,8 +20,8 @@ Path = tuple[str | int, ...]
 
 def format_path(path: Path) -> str:
     out = ""
-    for part in path:
-        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    for part in path:  # a key is file text: a 16 KB key must not make a 16 KB message
+        out += f"[{part}]" if isinstance(part, int) else (f".{clip(part)}" if out else clip(str(part)))
     return out or "(top level)"
 
 

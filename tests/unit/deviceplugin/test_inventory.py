@@ -145,7 +145,7 @@ def test_per_gpu_replicas_and_exclusive_gpus() -> None:
 def test_unknown_gpu_references_name_the_key() -> None:
     with pytest.raises(ConfigError, match=r"kubegpu.sharing.exclusive\[0\]: no GPU 9"):
         build_inventory(SEED, _shared(2, rename=True, exclusive=("9",)))
-    with pytest.raises(ConfigError, match="no GPU with UUID GPU-nope"):
+    with pytest.raises(ConfigError, match="no GPU with UUID 'GPU-nope'"):
         build_inventory(SEED, _shared(2, per_gpu=(("GPU-nope", 2),)))
 
 
@@ -178,3 +178,35 @@ def test_exclusive_gpus_under_the_shared_name_are_refused_naming_both_ways_out()
 )
 def test_extended_resource_name_rule(name: str, ok: bool) -> None:
     assert is_extended_resource_name(name) is ok
+
+
+@pytest.mark.parametrize("uuid", ["GPU-../../etc", "GPU-a,b", "GPU-a\nb", "", "GPU-" + "x" * 100])
+def test_unsafe_uuids_from_any_source_are_refused_before_they_become_device_ids(uuid: str) -> None:
+    from dataclasses import replace
+
+    from kubegpu.errors import SourceError
+
+    node = Node(name="n", gpus=(_gpu(0), replace(_gpu(1), uuid=GpuUuid(uuid))), topology=None)
+    with pytest.raises(SourceError, match="GPU 1: UUID") as info:
+        build_inventory(node, AgentConfig())
+    assert len(str(info.value)) < 300
+    mig = replace(
+        _gpu(0, mig=("1g.5gb",)),
+        mig_instances=(MigInstance(profile="1g.5gb", start_slot=0, uuid=GpuUuid(uuid), gi_index=0),),
+    )
+    with pytest.raises(SourceError, match="GPU 0: MIG instance UUID"):
+        build_inventory(Node(name="n", gpus=(mig,), topology=None), AgentConfig())
+
+
+def test_old_drivers_mig_uuids_are_accepted() -> None:
+    from dataclasses import replace
+
+    legacy = GpuUuid("MIG-GPU-b8ea3855-276c-c9cb-b366-c6fa655957c5/1/0")
+    gpu = replace(
+        _gpu(0, mig=("1g.5gb",)),
+        mig_instances=(MigInstance(profile="1g.5gb", start_slot=0, uuid=legacy, gi_index=0),),
+    )
+    inventory = build_inventory(
+        Node(name="n", gpus=(gpu,), topology=None), AgentConfig(mig_strategy=MigStrategy.MIXED)
+    )
+    assert [d.id for r in inventory.resources for d in r.devices] == [legacy]

@@ -67,10 +67,10 @@ def test_preferred_is_the_minimum_cost_set() -> None:
 def test_preferred_only_returns_offered_ids_and_keeps_must_include(available, size, data) -> None:
     plugin, _ = make(HGX)
     uuids = [g.uuid for g in HGX.gpus]
-    offered = [uuids[i] for i in available] + ["GPU-stranger"]
-    must = data.draw(st.lists(st.sampled_from(offered[:-1]), max_size=min(size, len(available)), unique=True))
+    offered = [uuids[i] for i in available]
+    must = data.draw(st.lists(st.sampled_from(offered), max_size=min(size, len(available)), unique=True))
     got = plugin.preferred(offered, must, size)
-    assert set(got) <= set(offered) - {"GPU-stranger"}
+    assert set(got) <= set(offered)
     assert set(must) <= set(got)
     assert len(got) == len(set(got)) == min(size, len(available))
 
@@ -99,6 +99,43 @@ def test_allocate_rejects_unknown_ids_before_anything_else() -> None:
     with pytest.raises(DeviceRequestError) as empty:
         plugin.allocate([])
     assert empty.value.problem is Problem.EMPTY
+
+
+@pytest.mark.parametrize(
+    ("available", "must"),
+    [
+        ([UUIDS[0], "GPU-stranger"], ["GPU-stranger"]),  # once returned: available and must-include
+        ([UUIDS[0], UUIDS[1], "GPU-stranger"], []),
+        ([UUIDS[0]], ["GPU-stranger"]),
+    ],
+)
+def test_preferred_refuses_ids_the_plugin_never_advertised(available: list[str], must: list[str]) -> None:
+    plugin, _ = make()
+    with pytest.raises(DeviceRequestError, match="GPU-stranger") as err:
+        plugin.preferred(available, must, 1)
+    assert err.value.problem is Problem.UNKNOWN_DEVICE
+
+
+def test_allocate_refuses_an_id_named_twice_and_a_request_without_containers() -> None:
+    plugin, _ = make()
+    with pytest.raises(DeviceRequestError, match="named twice") as twice:
+        plugin.allocate([UUIDS[1], UUIDS[2], UUIDS[1]])
+    assert twice.value.problem is Problem.DUPLICATE_DEVICE
+    assert UUIDS[1] in str(twice.value)
+    with pytest.raises(DeviceRequestError) as none:
+        plugin.allocate_containers([])
+    assert none.value.problem is Problem.EMPTY
+    with pytest.raises(DeviceRequestError) as second_bad:  # nothing is built if any container is bad
+        plugin.allocate_containers([[UUIDS[0]], ["GPU-elsewhere"]])
+    assert second_bad.value.problem is Problem.UNKNOWN_DEVICE
+    assert [a.envs["NVIDIA_VISIBLE_DEVICES"] for a in plugin.allocate_containers([[UUIDS[0]]])] == [UUIDS[0]]
+
+
+def test_a_16kb_unknown_id_is_echoed_short() -> None:
+    plugin, _ = make()
+    with pytest.raises(DeviceRequestError) as err:
+        plugin.allocate(["GPU-" + "x" * 16_380])
+    assert len(str(err.value)) < 250 and "(16384 bytes)" in str(err.value)
 
 
 def test_allocate_rejects_a_replica_of_a_failed_gpu() -> None:

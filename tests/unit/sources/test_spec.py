@@ -155,3 +155,27 @@ def test_missing_file_and_unknown_builtin(tmp_path: Path) -> None:
         load_node(str(tmp_path / "nope.yaml"))
     with pytest.raises(SpecError, match="builtins: "):
         load_node("builtin:nope")
+
+
+@pytest.mark.parametrize(
+    ("uuid", "what"),
+    [
+        ("GPU-../../etc", "letters, digits and '-'"),  # would reach a volume-mount path
+        ("GPU-a,b", "letters, digits and '-'"),  # would split NVIDIA_VISIBLE_DEVICES
+        ("'GPU-a b'", "letters, digits and '-'"),
+        ("MIG-0b6b0b0b", "does not start with GPU-"),
+        ("'0b6b0b0b'", "does not start with GPU-"),
+        ("GPU-" + "a" * 60, "at most 63"),
+    ],
+)
+def test_gpu_uuids_are_validated_at_load_with_file_line_and_key(uuid: str, what: str) -> None:
+    text = f"name: x\ngpus:\n  - model: T4\n    uuid: {uuid}\n"
+    with pytest.raises(SpecError) as info:
+        parse_spec(text, origin="spec.yaml")
+    assert str(info.value).startswith("spec.yaml:4: gpus[0].uuid: UUID "), str(info.value)
+    assert what in str(info.value)
+
+
+def test_real_looking_gpu_uuids_load() -> None:
+    uuid = "GPU-0b6b0b0b-1c2d-3e4f-5a6b-7c8d9e0f1a2b"
+    assert parse_spec(f"name: x\ngpus:\n  - {{model: T4, uuid: {uuid}}}\n").gpus[0].uuid == uuid
