@@ -74,7 +74,7 @@ def _display(value: object) -> str:
     return str(value) if value != "" else "none"
 
 
-def setting_help(setting: Setting[Any]) -> str:
+def _setting_help(setting: Setting[Any]) -> str:
     """A setting's ``--help`` text, from the table: what it does, its values, default and sources."""
     parts = [setting.help]
     if setting.allowed:
@@ -93,10 +93,10 @@ def setting_help(setting: Setting[Any]) -> str:
 def _setting_option(setting: Setting[Any]) -> inspect.Parameter:
     assert setting.flag is not None
     if isinstance(setting.default, bool):
-        option = typer.Option(f"{setting.flag}/--no-{setting.flag[2:]}", help=setting_help(setting))
+        option = typer.Option(f"{setting.flag}/--no-{setting.flag[2:]}", help=_setting_help(setting))
         annotation: object = Annotated[bool | None, option]
     else:
-        option = typer.Option(setting.flag, help=setting_help(setting), show_default=False)
+        option = typer.Option(setting.flag, help=_setting_help(setting), show_default=False)
         annotation = Annotated[str | None, option]
     return inspect.Parameter(
         setting.name, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=annotation

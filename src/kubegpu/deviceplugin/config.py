@@ -1,10 +1,13 @@
 """The agent's configuration: NVIDIA's ``version: v1`` file as is, plus kubegpu's ``kubegpu:`` section.
 
-Every setting has one place in the file, and most have NVIDIA's environment variable and command-line
-flag as well. Precedence is CLI flag > environment variable > config file > default, as in NVIDIA's
-plugin. Loading is all-or-nothing: the first invalid value raises ``ConfigError`` naming where it came
-from (``config.yaml: flags.plugin.deviceListStrategy[1]``, ``env DEVICE_ID_STRATEGY``,
-``--mig-strategy``) and the allowed values; nothing is half-applied. Keys NVIDIA defines but kubegpu
+Every setting is one row of ``SETTINGS`` (its ``AgentConfig`` field, parser, default, file key(s),
+environment variable(s), ``kubegpu agent`` flag, help and allowed values); ``AgentConfig``'s defaults,
+the flags of ``kubegpu agent`` and the file's known keys come from that table, and ``load_config``
+resolves every row the same way: CLI flag > environment variable > config file > default, as in
+NVIDIA's plugin. The sharing sections are read from the file as a whole. Loading is all-or-nothing:
+the first invalid value raises ``ConfigError`` naming where it came from
+(``config.yaml: flags.plugin.deviceListStrategy[1]``, ``env DEVICE_ID_STRATEGY``, ``--mig-strategy``)
+and the allowed values; nothing is half-applied. Keys NVIDIA defines but kubegpu
 does not act on (``flags.gfd``, ``resources``, ``imex`` …) are checked as NVIDIA checks them, then
 reported as warnings; unknown keys inside ``kubegpu:`` are errors, because that schema is ours.
 
