@@ -3,19 +3,29 @@
 Flags and environment variables carry NVIDIA's k8s-device-plugin names where NVIDIA has them
 (``--mig-strategy``/``MIG_STRATEGY``, ``--device-list-strategy``/``DEVICE_LIST_STRATEGY`` …), so a
 DaemonSet written for NVIDIA's plugin keeps working. Precedence: flag > environment > config file.
+The options of the agent's settings are generated from ``kubegpu.deviceplugin.config.SETTINGS`` (the
+one description of each setting); the options written out below are the ones that are not settings:
+where the GPUs come from, where kubelet is, the config file, fault injection and logging.
 Logs are one JSON object per line when stderr is not a terminal.
 """
 
 from __future__ import annotations
 
+import functools
+import inspect
 import json
 import logging
 import os
 import sys
+from collections.abc import Callable, Mapping
+from enum import Enum
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
+
+from kubegpu.deviceplugin.config import CLI_FLAGS, SETTINGS, Setting
+from kubegpu.echo import shorten
 
 __all__ = ["register"]
 
@@ -55,6 +65,69 @@ def _setup_logging(level: str) -> None:
     root.setLevel(level.upper())
 
 
+def _display(value: object) -> str:
+    if isinstance(value, Enum):
+        return str(value.value)
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, tuple):
+        return ",".join(_display(v) for v in value)
+    return str(value) if value != "" else "none"
+
+
+def _setting_help(setting: Setting[Any]) -> str:
+    """A setting's ``--help`` text, from the table: what it does, its values, default and sources."""
+    parts = [setting.help]
+    if setting.allowed:
+        parts.append(f"Allowed: {', '.join(setting.allowed)}.")
+    if setting.default_from:
+        parts.append(f"Default: the value of {CLI_FLAGS.get(setting.default_from, setting.default_from)}.")
+    else:
+        parts.append(f"Default: {_display(setting.default)}.")
+    sources = [f"env {', '.join(e.name for e in setting.env)}"] if setting.env else []
+    sources += [f"file {setting.file_keys[0]}"] if setting.file_keys else []
+    if sources:
+        parts.append(f"({'; '.join(sources)})")
+    return " ".join(parts)
+
+
+def _setting_option(setting: Setting[Any]) -> inspect.Parameter:
+    assert setting.flag is not None
+    if isinstance(setting.default, bool):
+        option = typer.Option(f"{setting.flag}/--no-{setting.flag[2:]}", help=_setting_help(setting))
+        annotation: object = Annotated[bool | None, option]
+    else:
+        option = typer.Option(setting.flag, help=_setting_help(setting), show_default=False)
+        annotation = Annotated[str | None, option]
+    return inspect.Parameter(
+        setting.name, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=annotation
+    )
+
+
+def _with_setting_options(command: Callable[..., None]) -> Callable[..., None]:
+    """Give ``command`` one option per ``SETTINGS`` row with a flag, generated from the row; the
+    command gets them as ``settings`` (setting name -> raw value, None where the flag was not given),
+    which is what ``load_config(cli=...)`` takes. Its own parameters are the options that are not
+    settings."""
+    own = inspect.signature(command, eval_str=True)
+    flagged = [s for s in SETTINGS if s.flag]
+    clash = {s.name for s in flagged} & set(own.parameters)
+    if clash:
+        raise TypeError(f"agent options named like settings: {', '.join(sorted(clash))}")
+    params = [p for name, p in own.parameters.items() if name != "settings"]
+    params += [_setting_option(s) for s in flagged]
+
+    @functools.wraps(command)
+    def run(**kwargs: Any) -> None:
+        settings = {s.name: kwargs.pop(s.name) for s in flagged}
+        command(**kwargs, settings=settings)
+
+    del run.__wrapped__  # typer reads the signature below, not the wrapped function's
+    run.__signature__ = own.replace(parameters=params)  # type: ignore[attr-defined]
+    run.__annotations__ = {p.name: p.annotation for p in params}
+    return run
+
+
 def register(app: typer.Typer) -> None:
     """Add the ``agent`` command."""
 
@@ -64,6 +137,7 @@ def register(app: typer.Typer) -> None:
         "kubegpu agent --nvml --config /etc/kubegpu/config.yaml · "
         "kubegpu agent --node-spec node.yaml --fault-file faults.jsonl",
     )
+    @_with_setting_options
     def agent(
         *,
         node_spec: Annotated[
@@ -105,43 +179,10 @@ def register(app: typer.Typer) -> None:
                 help="kubelet's registration socket, relative to the plugin dir; empty skips registration.",
             ),
         ] = "kubelet.sock",
-        mig_strategy: Annotated[
-            str | None, typer.Option("--mig-strategy", help="none | single | mixed")
-        ] = None,
-        fail_on_init_error: Annotated[
-            bool | None,
-            typer.Option("--fail-on-init-error/--no-fail-on-init-error", help="Exit if GPUs cannot be read."),
-        ] = None,
-        nvidia_driver_root: Annotated[str | None, typer.Option("--nvidia-driver-root")] = None,
-        nvidia_dev_root: Annotated[str | None, typer.Option("--nvidia-dev-root")] = None,
-        pass_device_specs: Annotated[
-            bool | None, typer.Option("--pass-device-specs/--no-pass-device-specs")
-        ] = None,
-        device_list_strategy: Annotated[
-            str | None,
-            typer.Option(
-                "--device-list-strategy",
-                help="envvar | volume-mounts | cdi-annotations | cdi-cri (comma list)",
-            ),
-        ] = None,
-        device_id_strategy: Annotated[
-            str | None, typer.Option("--device-id-strategy", help="uuid | index")
-        ] = None,
-        cdi_annotation_prefix: Annotated[str | None, typer.Option("--cdi-annotation-prefix")] = None,
-        mps_root: Annotated[str | None, typer.Option("--mps-root")] = None,
-        gds_enabled: Annotated[bool | None, typer.Option("--gds-enabled/--no-gds-enabled")] = None,
-        mofed_enabled: Annotated[bool | None, typer.Option("--mofed-enabled/--no-mofed-enabled")] = None,
-        gdrcopy_enabled: Annotated[
-            bool | None, typer.Option("--gdrcopy-enabled/--no-gdrcopy-enabled")
-        ] = None,
-        shared_devices_allocation_policy: Annotated[
-            str | None,
-            typer.Option("--shared-devices-allocation-policy", help="Replica policy: distributed | packed"),
-        ] = None,
-        allocation_policy: Annotated[
-            str | None, typer.Option("--allocation-policy", help="Whole-GPU policy: topology | simple")
-        ] = None,
-        log_level: Annotated[str, typer.Option("--log-level", envvar="LOG_LEVEL")] = "info",
+        log_level: Annotated[
+            str, typer.Option("--log-level", envvar="LOG_LEVEL", help="debug | info | warning | error")
+        ] = "info",
+        settings: Mapping[str, object],
     ) -> None:
         """Run the kubelet device plugin: advertise GPUs, pick topology-aware sets, report health."""
         from kubegpu.agent import Agent, AgentOptions
@@ -151,32 +192,16 @@ def register(app: typer.Typer) -> None:
             raise InputError("--nvml and --node-spec are mutually exclusive: pick real or simulated GPUs")
         if log_level.upper() not in {"DEBUG", "INFO", "WARNING", "ERROR"}:
             raise InputError(
-                f"--log-level: {log_level!r} is not allowed; allowed: debug, info, warning, error"
+                f"--log-level: {shorten(log_level)} is not allowed; allowed: debug, info, warning, error"
             )
         _setup_logging(log_level)
-        overrides: dict[str, object] = {
-            "mig_strategy": mig_strategy,
-            "fail_on_init_error": fail_on_init_error,
-            "nvidia_driver_root": nvidia_driver_root,
-            "nvidia_dev_root": nvidia_dev_root,
-            "pass_device_specs": pass_device_specs,
-            "device_list_strategies": device_list_strategy,
-            "device_id_strategy": device_id_strategy,
-            "cdi_annotation_prefix": cdi_annotation_prefix,
-            "mps_root": mps_root,
-            "gds_enabled": gds_enabled,
-            "mofed_enabled": mofed_enabled,
-            "gdrcopy_enabled": gdrcopy_enabled,
-            "replica_policy": shared_devices_allocation_policy,
-            "allocation_policy": allocation_policy,
-        }
         options = AgentOptions(
             node_spec=node_spec,
             use_nvml=nvml,
             device_plugin_dir=device_plugin_dir,
             kubelet_socket=kubelet_socket,
             config_file=config_file,
-            cli_overrides=overrides,
+            cli_overrides=settings,
             fault_file=fault_file,
             env=dict(os.environ),
         )

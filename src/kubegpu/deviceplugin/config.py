@@ -1,10 +1,13 @@
 """The agent's configuration: NVIDIA's ``version: v1`` file as is, plus kubegpu's ``kubegpu:`` section.
 
-Every setting has one place in the file, and most have NVIDIA's environment variable and command-line
-flag as well. Precedence is CLI flag > environment variable > config file > default, as in NVIDIA's
-plugin. Loading is all-or-nothing: the first invalid value raises ``ConfigError`` naming where it came
-from (``config.yaml: flags.plugin.deviceListStrategy[1]``, ``env DEVICE_ID_STRATEGY``,
-``--mig-strategy``) and the allowed values; nothing is half-applied. Keys NVIDIA defines but kubegpu
+Every setting is one row of ``SETTINGS`` (its ``AgentConfig`` field, parser, default, file key(s),
+environment variable(s), ``kubegpu agent`` flag, help and allowed values); ``AgentConfig``'s defaults,
+the flags of ``kubegpu agent`` and the file's known keys come from that table, and ``load_config``
+resolves every row the same way: CLI flag > environment variable > config file > default, as in
+NVIDIA's plugin. The sharing sections are read from the file as a whole. Loading is all-or-nothing:
+the first invalid value raises ``ConfigError`` naming where it came from
+(``config.yaml: flags.plugin.deviceListStrategy[1]``, ``env DEVICE_ID_STRATEGY``, ``--mig-strategy``)
+and the allowed values; nothing is half-applied. Keys NVIDIA defines but kubegpu
 does not act on (``flags.gfd``, ``resources``, ``imex`` …) are checked as NVIDIA checks them, then
 reported as warnings; unknown keys inside ``kubegpu:`` are errors, because that schema is ours.
 
@@ -35,10 +38,10 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace
 from enum import Enum
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
 import yaml
 
@@ -50,11 +53,15 @@ from kubegpu.health.xid import DEFAULT_IGNORED_XIDS, XidPolicy
 
 __all__ = [
     "CLI_FLAGS",
+    "DOCUMENT_FIELDS",
     "ENV_VARS",
+    "SETTINGS",
     "AgentConfig",
     "DeviceIdStrategy",
     "DeviceListStrategy",
+    "EnvVar",
     "MigStrategy",
+    "Setting",
     "SharedResource",
     "Sharing",
     "SharingKind",
@@ -63,6 +70,7 @@ __all__ = [
 ]
 
 E = TypeVar("E", bound=Enum)
+T = TypeVar("T")
 
 
 class MigStrategy(Enum):
@@ -110,92 +118,13 @@ class Sharing:
     exclusive: tuple[str, ...] = ()
 
 
-@dataclass(frozen=True, kw_only=True)
-class AgentConfig:
-    """Everything the device plugin needs, resolved and validated."""
-
-    mig_strategy: MigStrategy = MigStrategy.NONE
-    fail_on_init_error: bool = True
-    nvidia_driver_root: str = "/"
-    nvidia_dev_root: str = "/"
-    mps_root: str = ""
-    gds_enabled: bool = False
-    mofed_enabled: bool = False
-    gdrcopy_enabled: bool = False
-    pass_device_specs: bool = False
-    device_list_strategies: tuple[DeviceListStrategy, ...] = (DeviceListStrategy.ENVVAR,)
-    device_id_strategy: DeviceIdStrategy = DeviceIdStrategy.UUID
-    cdi_annotation_prefix: str = "cdi.k8s.io/"
-    cdi_kind: str = "nvidia.com/gpu"
-    allocation_policy: str = "topology"
-    replica_policy: str = "distributed"
-    pre_start_check: bool = False
-    health: HealthPolicy = field(default_factory=HealthPolicy)
-    sharing: Sharing | None = None
-    source_file: str | None = None
-    warnings: tuple[str, ...] = ()
-
-
-# --- where each setting can come from ------------------------------------------------------------
-
-# setting -> (file key path, env var, CLI flag); None where that layer has no such setting.
-_SETTINGS: dict[str, tuple[str | None, str | None, str | None]] = {
-    "mig_strategy": ("flags.migStrategy", "MIG_STRATEGY", "--mig-strategy"),
-    "fail_on_init_error": ("flags.failOnInitError", "FAIL_ON_INIT_ERROR", "--fail-on-init-error"),
-    "nvidia_driver_root": ("flags.nvidiaDriverRoot", "NVIDIA_DRIVER_ROOT", "--nvidia-driver-root"),
-    "nvidia_dev_root": ("flags.nvidiaDevRoot", "NVIDIA_DEV_ROOT", "--nvidia-dev-root"),
-    "mps_root": ("flags.mpsRoot", "MPS_ROOT", "--mps-root"),
-    "gds_enabled": ("flags.gdsEnabled", "GDS_ENABLED", "--gds-enabled"),
-    "mofed_enabled": ("flags.mofedEnabled", "MOFED_ENABLED", "--mofed-enabled"),
-    "gdrcopy_enabled": ("flags.gdrcopyEnabled", "GDRCOPY_ENABLED", "--gdrcopy-enabled"),
-    "pass_device_specs": ("flags.plugin.passDeviceSpecs", "PASS_DEVICE_SPECS", "--pass-device-specs"),
-    "device_list_strategies": (
-        "flags.plugin.deviceListStrategy",
-        "DEVICE_LIST_STRATEGY",
-        "--device-list-strategy",
-    ),
-    "device_id_strategy": ("flags.plugin.deviceIDStrategy", "DEVICE_ID_STRATEGY", "--device-id-strategy"),
-    "cdi_annotation_prefix": (
-        "flags.plugin.cdiAnnotationPrefix",
-        "CDI_ANNOTATION_PREFIX",
-        "--cdi-annotation-prefix",
-    ),
-    "replica_policy": (
-        "flags.plugin.sharedDevicesAllocationPolicy",
-        "SHARED_DEVICES_ALLOCATION_POLICY",
-        "--shared-devices-allocation-policy",
-    ),
-    "allocation_policy": ("kubegpu.allocationPolicy", "KUBEGPU_ALLOCATION_POLICY", "--allocation-policy"),
-    "cdi_kind": ("kubegpu.cdiKind", None, None),
-    "pre_start_check": ("kubegpu.preStartCheck", None, None),
-}
-
-ENV_VARS: tuple[str, ...] = tuple(
-    sorted(
-        [env for _, env, _ in _SETTINGS.values() if env]
-        + ["DP_DISABLE_HEALTHCHECKS", "DP_ENABLE_HEALTHCHECKS"]
-    )
-)
-CLI_FLAGS: Mapping[str, str] = {name: flag for name, (_, _, flag) in _SETTINGS.items() if flag}
-
-# Keys NVIDIA's v1 schema defines; the ones kubegpu does not act on only produce a warning.
 MAX_REPLICAS = 1024  # replicas per GPU; each is a device kubelet lists, so the bound keeps that finite
-_NVIDIA_FLAGS = {
-    "migStrategy", "failOnInitError", "nvidiaDriverRoot", "nvidiaDevRoot", "mpsRoot", "gdsEnabled",
-    "mofedEnabled", "gdrcopyEnabled", "useNodeFeatureAPI", "deviceDiscoveryStrategy", "plugin", "gfd",
-    "driverRootCtrPath", "devRootCtrPath",
-}  # fmt: skip
-_NVIDIA_PLUGIN = {
-    "passDeviceSpecs", "deviceListStrategy", "deviceIDStrategy", "cdiAnnotationPrefix", "nvidiaCTKPath",
-    "containerDriverRoot", "sharedDevicesAllocationPolicy",
-}  # fmt: skip
-_NVIDIA_TOP = {"version", "flags", "resources", "sharing", "imex", "kubegpu"}
-_KUBEGPU_TOP = {"allocationPolicy", "replicaPolicy", "cdiKind", "preStartCheck", "health", "sharing"}
 _KUBEGPU_HEALTH = {"disabled", "ignoredXids", "fatalXids", "ecc"}
 _KUBEGPU_ECC = {"doubleBit", "singleBit"}
 _KUBEGPU_SHARING = {"replicas", "exclusive", "rename"}
 _SHARING_KEYS = {"renameByDefault", "failRequestsGreaterThanOne", "resources"}
 _SHARED_RESOURCE_KEYS = {"name", "replicas", "rename", "devices"}
+# Keys NVIDIA's v1 schema defines that kubegpu does not act on: accepted with a warning.
 _UNUSED_NVIDIA = {
     "flags.useNodeFeatureAPI", "flags.deviceDiscoveryStrategy", "flags.gfd", "flags.driverRootCtrPath",
     "flags.devRootCtrPath", "flags.plugin.nvidiaCTKPath", "flags.plugin.containerDriverRoot", "resources",
@@ -259,26 +188,6 @@ def _registered(names: Mapping[str, object]) -> Callable[[str, object], str]:
         raise ConfigError(f"{where}: unknown policy {shorten(value)}; allowed: {_allowed(sorted(names))}")
 
     return parse
-
-
-_PARSERS: dict[str, Callable[[str, object], object]] = {
-    "mig_strategy": lambda w, v: _enum(MigStrategy, w, v),
-    "fail_on_init_error": _bool,
-    "nvidia_driver_root": _str,
-    "nvidia_dev_root": _str,
-    "mps_root": _str,
-    "gds_enabled": _bool,
-    "mofed_enabled": _bool,
-    "gdrcopy_enabled": _bool,
-    "pass_device_specs": _bool,
-    "device_list_strategies": _strategies,
-    "device_id_strategy": lambda w, v: _enum(DeviceIdStrategy, w, v),
-    "cdi_annotation_prefix": _str,
-    "replica_policy": _registered(REPLICA_POLICIES),
-    "allocation_policy": _registered(ALLOCATION_POLICIES),
-    "cdi_kind": _str,
-    "pre_start_check": _bool,
-}
 
 
 def _xids(where: str, value: object) -> frozenset[int]:
@@ -664,39 +573,351 @@ def _parse_sharing(
     )
 
 
-def _parse_health(prefix: str, kubegpu: dict[str, Any], env: Mapping[str, str]) -> HealthPolicy:
-    raw = _mapping(f"{prefix}kubegpu.health", kubegpu.get("health"))
-    _check_keys(f"{prefix}kubegpu.health", raw, _KUBEGPU_HEALTH, strict=True)
-    disabled = _bool(f"{prefix}kubegpu.health.disabled", raw.get("disabled", False))
+def _parse_health(where: str, value: object) -> HealthPolicy:
+    """``kubegpu.health``: the XID lists and the ECC actions."""
+    raw = _mapping(where, value)
+    _check_keys(where, raw, _KUBEGPU_HEALTH, strict=True)
+    disabled = _bool(f"{where}.disabled", raw.get("disabled", False))
     ignored = DEFAULT_IGNORED_XIDS
     if "ignoredXids" in raw:
-        ignored = _xids(f"{prefix}kubegpu.health.ignoredXids", raw["ignoredXids"])
+        ignored = _xids(f"{where}.ignoredXids", raw["ignoredXids"])
     forced: frozenset[int] = frozenset()
     all_fatal = False
     if "fatalXids" in raw:
         if raw["fatalXids"] == "all":
             all_fatal = True
         else:
-            forced = _xids(f"{prefix}kubegpu.health.fatalXids", raw["fatalXids"])
-    ecc = _mapping(f"{prefix}kubegpu.health.ecc", raw.get("ecc"))
-    _check_keys(f"{prefix}kubegpu.health.ecc", ecc, _KUBEGPU_ECC, strict=True)
-    dbe = _enum(EccAction, f"{prefix}kubegpu.health.ecc.doubleBit", ecc.get("doubleBit", "fatal"))
-    sbe = _enum(EccAction, f"{prefix}kubegpu.health.ecc.singleBit", ecc.get("singleBit", "ignore"))
-    # NVIDIA's env vars win over the file.
-    off = env.get("DP_DISABLE_HEALTHCHECKS", "").strip()
-    if off:
-        if off.lower() in {"all", "xids"}:
-            disabled = True
-        else:
-            ignored = ignored | _env_xids("env DP_DISABLE_HEALTHCHECKS", off)
-    on = env.get("DP_ENABLE_HEALTHCHECKS", "").strip()
-    if on:
-        if on.lower() == "all":
-            all_fatal = True
-        else:
-            forced = forced | _env_xids("env DP_ENABLE_HEALTHCHECKS", on)
+            forced = _xids(f"{where}.fatalXids", raw["fatalXids"])
+    ecc = _mapping(f"{where}.ecc", raw.get("ecc"))
+    _check_keys(f"{where}.ecc", ecc, _KUBEGPU_ECC, strict=True)
+    dbe = _enum(EccAction, f"{where}.ecc.doubleBit", ecc.get("doubleBit", "fatal"))
+    sbe = _enum(EccAction, f"{where}.ecc.singleBit", ecc.get("singleBit", "ignore"))
     xid = XidPolicy(ignored=ignored, forced_fatal=forced, all_fatal=all_fatal, disabled=disabled)
     return HealthPolicy(xid=xid, ecc_double_bit=dbe, ecc_single_bit=sbe)
+
+
+def _disable_healthchecks(where: str, value: str, policy: HealthPolicy) -> HealthPolicy:
+    """NVIDIA's ``DP_DISABLE_HEALTHCHECKS``: ``all``/``xids`` (no XID is fatal) or more XIDs to ignore."""
+    off = value.strip()
+    if not off:
+        return policy
+    if off.lower() in {"all", "xids"}:
+        return replace(policy, xid=replace(policy.xid, disabled=True))
+    return replace(policy, xid=replace(policy.xid, ignored=policy.xid.ignored | _env_xids(where, off)))
+
+
+def _enable_healthchecks(where: str, value: str, policy: HealthPolicy) -> HealthPolicy:
+    """NVIDIA's ``DP_ENABLE_HEALTHCHECKS``: ``all`` or XIDs that are always fatal."""
+    on = value.strip()
+    if not on:
+        return policy
+    if on.lower() == "all":
+        return replace(policy, xid=replace(policy.xid, all_fatal=True))
+    return replace(
+        policy, xid=replace(policy.xid, forced_fatal=policy.xid.forced_fatal | _env_xids(where, on))
+    )
+
+
+# --- the settings table: every setting, where it can come from, and what it means -----------------
+
+
+@dataclass(frozen=True)
+class EnvVar(Generic[T]):
+    """An environment variable of a setting. Without ``apply`` its value replaces the value below it
+    (parsed by the setting's parser); with ``apply`` it changes that value (``apply(where, raw, value)``),
+    as NVIDIA's ``DP_DISABLE_HEALTHCHECKS`` adds XIDs to the file's list."""
+
+    name: str
+    apply: Callable[[str, str, T], T] | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Setting(Generic[T]):
+    """One setting of the agent: the ``AgentConfig`` field, its parser and default, and where it can
+    come from. ``load_config`` resolves every row the same way: default < file < environment < CLI.
+
+    ``file_keys``: dotted key paths in the config file; later ones are aliases (each given alias must
+    agree with the others). ``env``: environment variables, applied in order. ``flag``: the
+    ``kubegpu agent`` option (a ``--x/--no-x`` pair when the default is a bool); None: no flag.
+    ``allowed``: the values the parser accepts, when they are a fixed set (shown in ``--help``).
+    ``default_from``: when given nowhere, the value of that other setting (if it was given).
+    """
+
+    name: str
+    parse: Callable[[str, object], T]
+    default: T
+    help: str
+    file_keys: tuple[str, ...] = ()
+    env: tuple[EnvVar[T], ...] = ()
+    flag: str | None = None
+    allowed: tuple[str, ...] = ()
+    default_from: str | None = None
+
+
+def _values(cls: type[Enum]) -> tuple[str, ...]:
+    return tuple(str(m.value) for m in cls)
+
+
+_MIG_STRATEGY = Setting[MigStrategy](
+    name="mig_strategy",
+    parse=lambda w, v: _enum(MigStrategy, w, v),
+    default=MigStrategy.NONE,
+    help="How MIG devices are advertised.",
+    file_keys=("flags.migStrategy",),
+    env=(EnvVar("MIG_STRATEGY"),),
+    flag="--mig-strategy",
+    allowed=_values(MigStrategy),
+)
+_FAIL_ON_INIT_ERROR = Setting[bool](
+    name="fail_on_init_error",
+    parse=_bool,
+    default=True,
+    help="Exit if GPUs cannot be read.",
+    file_keys=("flags.failOnInitError",),
+    env=(EnvVar("FAIL_ON_INIT_ERROR"),),
+    flag="--fail-on-init-error",
+)
+_NVIDIA_DRIVER_ROOT = Setting[str](
+    name="nvidia_driver_root",
+    parse=_str,
+    default="/",
+    help="Root of the NVIDIA driver installation.",
+    file_keys=("flags.nvidiaDriverRoot",),
+    env=(EnvVar("NVIDIA_DRIVER_ROOT"),),
+    flag="--nvidia-driver-root",
+)
+_NVIDIA_DEV_ROOT = Setting[str](
+    name="nvidia_dev_root",
+    parse=_str,
+    default="/",
+    help="Root of the NVIDIA device nodes.",
+    file_keys=("flags.nvidiaDevRoot",),
+    env=(EnvVar("NVIDIA_DEV_ROOT"),),
+    flag="--nvidia-dev-root",
+    default_from="nvidia_driver_root",
+)
+_MPS_ROOT = Setting[str](
+    name="mps_root",
+    parse=_str,
+    default="",
+    help="Host directory of the MPS control daemons; required for sharing.mps.",
+    file_keys=("flags.mpsRoot",),
+    env=(EnvVar("MPS_ROOT"),),
+    flag="--mps-root",
+)
+_GDS_ENABLED = Setting[bool](
+    name="gds_enabled",
+    parse=_bool,
+    default=False,
+    help="Give containers GPUDirect Storage.",
+    file_keys=("flags.gdsEnabled",),
+    env=(EnvVar("GDS_ENABLED"),),
+    flag="--gds-enabled",
+)
+_MOFED_ENABLED = Setting[bool](
+    name="mofed_enabled",
+    parse=_bool,
+    default=False,
+    help="Give containers the MOFED (InfiniBand) devices.",
+    file_keys=("flags.mofedEnabled",),
+    env=(EnvVar("MOFED_ENABLED"),),
+    flag="--mofed-enabled",
+)
+_GDRCOPY_ENABLED = Setting[bool](
+    name="gdrcopy_enabled",
+    parse=_bool,
+    default=False,
+    help="Give containers the GDRCopy device.",
+    file_keys=("flags.gdrcopyEnabled",),
+    env=(EnvVar("GDRCOPY_ENABLED"),),
+    flag="--gdrcopy-enabled",
+)
+_PASS_DEVICE_SPECS = Setting[bool](
+    name="pass_device_specs",
+    parse=_bool,
+    default=False,
+    help="Put the /dev/nvidia* device specs into Allocate responses.",
+    file_keys=("flags.plugin.passDeviceSpecs",),
+    env=(EnvVar("PASS_DEVICE_SPECS"),),
+    flag="--pass-device-specs",
+)
+_DEVICE_LIST_STRATEGIES = Setting[tuple[DeviceListStrategy, ...]](
+    name="device_list_strategies",
+    parse=_strategies,
+    default=(DeviceListStrategy.ENVVAR,),
+    help="How containers are told their devices (a comma list).",
+    file_keys=("flags.plugin.deviceListStrategy",),
+    env=(EnvVar("DEVICE_LIST_STRATEGY"),),
+    flag="--device-list-strategy",
+    allowed=_values(DeviceListStrategy),
+)
+_DEVICE_ID_STRATEGY = Setting[DeviceIdStrategy](
+    name="device_id_strategy",
+    parse=lambda w, v: _enum(DeviceIdStrategy, w, v),
+    default=DeviceIdStrategy.UUID,
+    help="How devices are named to the container runtime.",
+    file_keys=("flags.plugin.deviceIDStrategy",),
+    env=(EnvVar("DEVICE_ID_STRATEGY"),),
+    flag="--device-id-strategy",
+    allowed=_values(DeviceIdStrategy),
+)
+_CDI_ANNOTATION_PREFIX = Setting[str](
+    name="cdi_annotation_prefix",
+    parse=_str,
+    default="cdi.k8s.io/",
+    help="Prefix of the CDI annotations of cdi-annotations.",
+    file_keys=("flags.plugin.cdiAnnotationPrefix",),
+    env=(EnvVar("CDI_ANNOTATION_PREFIX"),),
+    flag="--cdi-annotation-prefix",
+)
+_REPLICA_POLICY = Setting[str](
+    name="replica_policy",
+    parse=_registered(REPLICA_POLICIES),
+    default="distributed",
+    help="Replica policy: which replicas a shared request gets.",
+    file_keys=("flags.plugin.sharedDevicesAllocationPolicy", "kubegpu.replicaPolicy"),
+    env=(EnvVar("SHARED_DEVICES_ALLOCATION_POLICY"),),
+    flag="--shared-devices-allocation-policy",
+    allowed=tuple(sorted(REPLICA_POLICIES)),
+)
+_ALLOCATION_POLICY = Setting[str](
+    name="allocation_policy",
+    parse=_registered(ALLOCATION_POLICIES),
+    default="topology",
+    help="Whole-GPU policy: which GPUs a request gets.",
+    file_keys=("kubegpu.allocationPolicy",),
+    env=(EnvVar("KUBEGPU_ALLOCATION_POLICY"),),
+    flag="--allocation-policy",
+    allowed=tuple(sorted(ALLOCATION_POLICIES)),
+)
+_CDI_KIND = Setting[str](
+    name="cdi_kind",
+    parse=_str,
+    default="nvidia.com/gpu",
+    help="CDI device kind in cdi-annotations and cdi-cri device names.",
+    file_keys=("kubegpu.cdiKind",),
+)
+_PRE_START_CHECK = Setting[bool](
+    name="pre_start_check",
+    parse=_bool,
+    default=False,
+    help="Ask kubelet for PreStartContainer, which fails if a GPU went bad.",
+    file_keys=("kubegpu.preStartCheck",),
+)
+_HEALTH = Setting[HealthPolicy](
+    name="health",
+    parse=_parse_health,
+    default=HealthPolicy(),
+    help="Which XID and ECC events mark a GPU unhealthy.",
+    file_keys=("kubegpu.health",),
+    env=(
+        EnvVar("DP_DISABLE_HEALTHCHECKS", apply=_disable_healthchecks),
+        EnvVar("DP_ENABLE_HEALTHCHECKS", apply=_enable_healthchecks),
+    ),
+)
+
+SETTINGS: tuple[Setting[Any], ...] = (
+    _MIG_STRATEGY,
+    _FAIL_ON_INIT_ERROR,
+    _NVIDIA_DRIVER_ROOT,
+    _NVIDIA_DEV_ROOT,
+    _MPS_ROOT,
+    _GDS_ENABLED,
+    _MOFED_ENABLED,
+    _GDRCOPY_ENABLED,
+    _PASS_DEVICE_SPECS,
+    _DEVICE_LIST_STRATEGIES,
+    _DEVICE_ID_STRATEGY,
+    _CDI_ANNOTATION_PREFIX,
+    _REPLICA_POLICY,
+    _ALLOCATION_POLICY,
+    _CDI_KIND,
+    _PRE_START_CHECK,
+    _HEALTH,
+)
+ENV_VARS: tuple[str, ...] = tuple(sorted({e.name for s in SETTINGS for e in s.env}))
+CLI_FLAGS: Mapping[str, str] = {s.name: s.flag for s in SETTINGS if s.flag}
+
+# AgentConfig's fields that are not settings: read from the file as a whole, or about the reading.
+DOCUMENT_FIELDS = ("sharing", "source_file", "warnings")
+
+
+@dataclass(frozen=True, kw_only=True)
+class AgentConfig:
+    """Everything the device plugin needs, resolved and validated: one field per ``SETTINGS`` row
+    (its default is the row's), plus the ``DOCUMENT_FIELDS``."""
+
+    mig_strategy: MigStrategy = _MIG_STRATEGY.default
+    fail_on_init_error: bool = _FAIL_ON_INIT_ERROR.default
+    nvidia_driver_root: str = _NVIDIA_DRIVER_ROOT.default
+    nvidia_dev_root: str = _NVIDIA_DEV_ROOT.default
+    mps_root: str = _MPS_ROOT.default
+    gds_enabled: bool = _GDS_ENABLED.default
+    mofed_enabled: bool = _MOFED_ENABLED.default
+    gdrcopy_enabled: bool = _GDRCOPY_ENABLED.default
+    pass_device_specs: bool = _PASS_DEVICE_SPECS.default
+    device_list_strategies: tuple[DeviceListStrategy, ...] = _DEVICE_LIST_STRATEGIES.default
+    device_id_strategy: DeviceIdStrategy = _DEVICE_ID_STRATEGY.default
+    cdi_annotation_prefix: str = _CDI_ANNOTATION_PREFIX.default
+    cdi_kind: str = _CDI_KIND.default
+    allocation_policy: str = _ALLOCATION_POLICY.default
+    replica_policy: str = _REPLICA_POLICY.default
+    pre_start_check: bool = _PRE_START_CHECK.default
+    health: HealthPolicy = _HEALTH.default
+    sharing: Sharing | None = None
+    source_file: str | None = None
+    warnings: tuple[str, ...] = ()
+
+
+# The file's known keys: the settings' keys, the sections read as a whole, and NVIDIA's keys kubegpu
+# accepts without acting on them. Unknown keys warn under NVIDIA's mappings, fail under ``kubegpu:``.
+_SECTIONS = ("version", "sharing", "kubegpu.sharing")
+_FILE_KEYS = (*(k for s in SETTINGS for k in s.file_keys), *_SECTIONS, *_UNUSED_NVIDIA)
+
+
+def _known_keys(parent: str) -> set[str]:
+    """The keys directly under ``parent`` ("" for the top level) that the file may hold."""
+    depth = parent.count(".") + 1 if parent else 0
+    return {key.split(".")[depth] for key in _FILE_KEYS if not parent or key.startswith(parent + ".")}
+
+
+def _resolve(
+    setting: Setting[T], data: dict[str, Any], prefix: str, env: Mapping[str, str], cli: Mapping[str, object]
+) -> tuple[bool, T]:
+    """``setting``'s value from the file, then the environment, then the CLI; (False, default) when
+    none of them gives it."""
+    given, value = False, setting.default
+    first_key = ""
+    for key in setting.file_keys:
+        found, raw = _lookup(data, key)
+        if not found or raw is None:
+            continue
+        parsed = setting.parse(f"{prefix}{key}", raw)
+        if given and parsed != value:
+            raise ConfigError(f"{prefix}{key}: {shorten(parsed)} contradicts {first_key} {shorten(value)}")
+        given, value, first_key = True, parsed, first_key or key
+    for var in setting.env:
+        raw_env = env.get(var.name, "")
+        if raw_env == "":
+            continue
+        where = f"env {var.name}"
+        value = var.apply(where, raw_env, value) if var.apply else setting.parse(where, raw_env)
+        given = True
+    if setting.flag is not None and setting.name in cli:
+        given, value = True, setting.parse(setting.flag, cli[setting.name])
+    return given, value
+
+
+def _check_combinations(prefix: str, config: AgentConfig) -> None:
+    """Rules between settings, checked once all are resolved."""
+    sharing = config.sharing
+    if sharing is not None and sharing.kind is SharingKind.MPS:
+        if config.mig_strategy is MigStrategy.MIXED:
+            raise ConfigError(f"{prefix}sharing.mps: MPS sharing is not supported with migStrategy=mixed")
+        if not config.mps_root:
+            raise ConfigError(
+                f"{prefix}sharing.mps: MPS sharing needs flags.mpsRoot (or MPS_ROOT, --mps-root)"
+            )
 
 
 def load_config(
@@ -707,8 +928,9 @@ def load_config(
 ) -> AgentConfig:
     """Resolve the configuration from ``path`` (optional), ``env`` and ``cli`` overrides.
 
-    ``cli`` maps setting names (``mig_strategy``, ``device_list_strategies`` …, see ``CLI_FLAGS``) to
-    the raw flag value; ``None`` values mean "not given". Raises ``ConfigError`` on the first bad value.
+    Every ``SETTINGS`` row is resolved the same way: CLI > environment > file > default. ``cli`` maps
+    setting names (``mig_strategy``, ``device_list_strategies`` …, see ``CLI_FLAGS``) to the raw flag
+    value; ``None`` values mean "not given". Raises ``ConfigError`` on the first bad value.
     """
     env = dict(env or {})
     cli = {k: v for k, v in (cli or {}).items() if v is not None}
@@ -725,11 +947,13 @@ def load_config(
         version = data.get("version")
         if version not in (None, "", "v1"):
             raise ConfigError(f"{prefix}version: {shorten(version)} is not supported; allowed: v1")
-        warnings += [prefix + w for w in _check_keys("", data, _NVIDIA_TOP, strict=False)]
+        warnings += [prefix + w for w in _check_keys("", data, _known_keys(""), strict=False)]
         flags = _mapping(f"{prefix}flags", data.get("flags"))
-        warnings += [prefix + w for w in _check_keys("flags", flags, _NVIDIA_FLAGS, strict=False)]
+        warnings += [prefix + w for w in _check_keys("flags", flags, _known_keys("flags"), strict=False)]
         plugin = _mapping(f"{prefix}flags.plugin", flags.get("plugin"))
-        warnings += [prefix + w for w in _check_keys("flags.plugin", plugin, _NVIDIA_PLUGIN, strict=False)]
+        warnings += [
+            prefix + w for w in _check_keys("flags.plugin", plugin, _known_keys("flags.plugin"), strict=False)
+        ]
         _check_resources_section(prefix, data.get("resources"))
         _check_imex(prefix, data.get("imex"))
         for dotted in sorted(_UNUSED_NVIDIA):
@@ -737,48 +961,25 @@ def load_config(
             if found:
                 warnings.append(f"{prefix}{dotted}: accepted for compatibility, not used by kubegpu")
     kubegpu = _mapping(f"{prefix}kubegpu", data.get("kubegpu"))
-    _check_keys(f"{prefix}kubegpu", kubegpu, _KUBEGPU_TOP, strict=True)
+    _check_keys(f"{prefix}kubegpu", kubegpu, _known_keys("kubegpu"), strict=True)
 
     values: dict[str, object] = {}
-    for name, (file_key, env_var, _flag) in _SETTINGS.items():
-        parse = _PARSERS[name]
-        if file_key is not None:
-            found, raw = _lookup(data, file_key)
-            if found and raw is not None:
-                values[name] = parse(f"{prefix}{file_key}", raw)
-        if name == "replica_policy":
-            found, raw = _lookup(data, "kubegpu.replicaPolicy")
-            if found and raw is not None:
-                alias = parse(f"{prefix}kubegpu.replicaPolicy", raw)
-                if "replica_policy" in values and values["replica_policy"] != alias:
-                    raise ConfigError(
-                        f"{prefix}kubegpu.replicaPolicy: {shorten(alias)} contradicts "
-                        f"flags.plugin.sharedDevicesAllocationPolicy {shorten(values['replica_policy'])}"
-                    )
-                values[name] = alias
-        if env_var is not None and env.get(env_var, "") != "":
-            values[name] = parse(f"env {env_var}", env[env_var])
-        if name in cli:
-            values[name] = parse(CLI_FLAGS[name], cli[name])
-    if "nvidia_dev_root" not in values and "nvidia_driver_root" in values:
-        values["nvidia_dev_root"] = values["nvidia_driver_root"]
+    for setting in SETTINGS:
+        given, value = _resolve(setting, data, prefix, env, cli)
+        if given:
+            values[setting.name] = value
+    for setting in SETTINGS:
+        if setting.name not in values and setting.default_from in values:
+            values[setting.name] = values[setting.default_from]
 
-    health = _parse_health(prefix, kubegpu, env)
     sharing_warnings: list[str] = []
     sharing = _parse_sharing(prefix, data, kubegpu, sharing_warnings)
     warnings += sharing_warnings
     config = AgentConfig(
-        health=health,
         sharing=sharing,
         source_file=str(path) if path is not None else None,
         warnings=tuple(warnings),
         **values,  # type: ignore[arg-type]
     )
-    if sharing is not None and sharing.kind is SharingKind.MPS:
-        if config.mig_strategy is MigStrategy.MIXED:
-            raise ConfigError(f"{prefix}sharing.mps: MPS sharing is not supported with migStrategy=mixed")
-        if not config.mps_root:
-            raise ConfigError(
-                f"{prefix}sharing.mps: MPS sharing needs flags.mpsRoot (or MPS_ROOT, --mps-root)"
-            )
+    _check_combinations(prefix, config)
     return config

@@ -10,6 +10,10 @@ they already rely on:
   IDs ``<UUID>::<i>``, renamed ``<name>.shared`` under ``renameByDefault``. kubegpu adds per-GPU
   replica counts, exclusive GPUs (which stay under the original name) and its own renames.
 
+``build_inventory`` is three steps, each its own function: ``resolve_sharing`` (the config's sharing
+against this node's GPUs), ``split_resources`` (full GPUs / MIG instances / replicas and their names)
+and ``check_names`` (valid resource names, no two resources with one name).
+
 Every device remembers the physical GPU behind it, so health and topology work for replicas and MIG
 instances too. Impossible layouts raise ``ConfigError`` naming the key and the GPU.
 """
@@ -18,27 +22,40 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import NewType
 
-from kubegpu.deviceplugin.config import AgentConfig, DeviceIdStrategy, MigStrategy, SharingKind
+from kubegpu.deviceplugin.config import (
+    SHARED_SUFFIX,
+    AgentConfig,
+    DeviceIdStrategy,
+    MigStrategy,
+    Sharing,
+    SharingKind,
+)
 from kubegpu.echo import shorten
 from kubegpu.errors import ConfigError, SourceError
 from kubegpu.model.node import Gpu, MigInstance, Node, uuid_problem
 
 __all__ = [
     "GPU_RESOURCE",
+    "Candidate",
     "Device",
     "DeviceId",
     "Inventory",
     "Resource",
     "ResourceKind",
     "ResourceName",
+    "SharedAs",
+    "SharingPlan",
     "build_inventory",
+    "check_names",
     "is_extended_resource_name",
     "mig_resource_name",
+    "resolve_sharing",
+    "split_resources",
 ]
 
 log = logging.getLogger(__name__)
@@ -251,72 +268,145 @@ def _check_uuids(node: Node) -> None:
                 )
 
 
-def build_inventory(node: Node, config: AgentConfig) -> Inventory:
-    """Resources and devices for ``node`` under ``config``; raises ``ConfigError`` on impossible mixes
-    and ``SourceError`` for a UUID unsafe as a device ID."""
-    _check_uuids(node)
-    base, warnings = _base_resources(node, config.mig_strategy)
+@dataclass(frozen=True, kw_only=True)
+class SharedAs:
+    """How one shared resource is advertised: the name of its replicas and the config key that chose
+    that name, ``replicas`` per GPU unless ``SharingPlan.per_gpu_replicas`` says otherwise."""
+
+    name: ResourceName
+    name_key: str
+    entry: str  # its sharing.<kind>.resources[i]
+    replicas: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class SharingPlan:
+    """The config's sharing resolved against the node: GPU references are GPU indices."""
+
+    kind: SharingKind
+    fail_requests_greater_than_one: bool
+    resources: Mapping[ResourceName, SharedAs]  # by the name of the resource that is shared
+    per_gpu_replicas: Mapping[int, int] = field(default_factory=dict)
+    exclusive: frozenset[int] = frozenset()
+
+
+@dataclass(frozen=True, kw_only=True)
+class Candidate:
+    """A resource the split produced, with the config key that chose its name (None: NVIDIA's fixed
+    names, ``nvidia.com/gpu`` and ``nvidia.com/mig-<profile>``). Its devices may be empty."""
+
+    resource: Resource
+    name_key: str | None = None
+
+
+def resolve_sharing(node: Node, sharing: Sharing | None) -> SharingPlan | None:
+    """Step 1: which resources are shared, under which name, with how many replicas on which GPU,
+    and which GPUs stay whole. Raises ``ConfigError`` for a GPU the node does not have."""
+    if sharing is None:
+        return None
+    prefix = f"sharing.{sharing.kind.value}"
+    resources: dict[ResourceName, SharedAs] = {}
+    for i, res in enumerate(sharing.resources):
+        entry = f"{prefix}.resources[{i}]"
+        if res.rename:
+            name, key = res.rename, f"kubegpu.sharing.rename.{res.name}"
+        else:
+            name = f"{res.name}{SHARED_SUFFIX}" if sharing.rename_by_default else res.name
+            key = f"{entry}.name"
+        shared = SharedAs(name=ResourceName(name), name_key=key, entry=entry, replicas=res.replicas)
+        resources.setdefault(ResourceName(res.name), shared)
+    per_gpu = {
+        _gpu_index(node, ref, f"kubegpu.sharing.replicas.{ref}"): n for ref, n in sharing.per_gpu_replicas
+    }
+    exclusive = frozenset(
+        _gpu_index(node, ref, f"kubegpu.sharing.exclusive[{j}]") for j, ref in enumerate(sharing.exclusive)
+    )
+    return SharingPlan(
+        kind=sharing.kind,
+        fail_requests_greater_than_one=sharing.fail_requests_greater_than_one,
+        resources=resources,
+        per_gpu_replicas=per_gpu,
+        exclusive=exclusive,
+    )
+
+
+def split_resources(
+    node: Node, mig_strategy: MigStrategy, plan: SharingPlan | None
+) -> tuple[list[Candidate], list[str]]:
+    """Step 2: the node's devices as resources: full GPUs and MIG instances under the MIG strategy,
+    then each shared resource split into its exclusive GPUs (original name) and its replicas (the
+    plan's name; present even when empty, so that its name is checked). Returns the candidates and
+    warnings; raises ``ConfigError`` on layouts NVIDIA refuses."""
+    base, warnings = _base_resources(node, mig_strategy)
     kinds = {
         name: (ResourceKind.MIG if any(d.mig is not None for d in devs) else ResourceKind.GPU)
         for name, devs in base.items()
     }
-    sharing = config.sharing
-    resources: list[Resource] = []
-    shared_names = {r.name for r in sharing.resources} if sharing else set()
-    if sharing is not None:
-        prefix = f"sharing.{sharing.kind.value}"
-        if sharing.kind is SharingKind.MPS and any(k is ResourceKind.MIG for k in kinds.values()):
-            raise ConfigError(f"{prefix}: MPS sharing is not supported with MIG devices")
-        for i, res in enumerate(sharing.resources):
-            if res.name not in base:
-                warnings.append(
-                    f"{prefix}.resources[{i}]: {res.name} is not advertised on this node; ignored"
-                )
-        per_gpu = {
-            _gpu_index(node, ref, f"kubegpu.sharing.replicas.{ref}"): n for ref, n in sharing.per_gpu_replicas
-        }
-        exclusive = {
-            _gpu_index(node, ref, f"kubegpu.sharing.exclusive[{j}]")
-            for j, ref in enumerate(sharing.exclusive)
-        }
+    if plan is not None:
+        if plan.kind is SharingKind.MPS and any(k is ResourceKind.MIG for k in kinds.values()):
+            raise ConfigError(f"sharing.{plan.kind.value}: MPS sharing is not supported with MIG devices")
+        for name, planned in plan.resources.items():
+            if name not in base:
+                warnings.append(f"{planned.entry}: {name} is not advertised on this node; ignored")
+    out: list[Candidate] = []
     for name, devices in base.items():
-        if sharing is None or name not in shared_names:
-            resources.append(Resource(name=name, kind=kinds[name], devices=tuple(devices)))
+        shared_as = plan.resources.get(name) if plan is not None else None
+        if plan is None or shared_as is None:
+            out.append(Candidate(resource=Resource(name=name, kind=kinds[name], devices=tuple(devices))))
             continue
-        i, spec = next((i, r) for i, r in enumerate(sharing.resources) if r.name == name)
-        where = f"sharing.{sharing.kind.value}.resources[{i}]"
-        shared_name = ResourceName(spec.rename or (f"{name}.shared" if sharing.rename_by_default else name))
-        if not is_extended_resource_name(shared_name):
-            key = f"kubegpu.sharing.rename.{name}" if spec.rename else f"{where}.name"
-            raise ConfigError(f"{key}: {shorten(shared_name)} is not a valid extended resource name")
         # As NVIDIA's plugin runs it, every device of the resource is shared; kubegpu's exclusive GPUs
         # are the only ones kept whole.
-        kept: list[Device] = []
-        shared: list[Device] = []
-        for d in devices:
-            if d.gpu in exclusive:
-                kept.append(d)
-            else:
-                shared.extend(_replicate(d, per_gpu.get(d.gpu, spec.replicas)))
-        if kept and shared_name == name:
+        kept = [d for d in devices if d.gpu in plan.exclusive]
+        shared = [
+            replica
+            for d in devices
+            if d.gpu not in plan.exclusive
+            for replica in _replicate(d, plan.per_gpu_replicas.get(d.gpu, shared_as.replicas))
+        ]
+        if kept and shared_as.name == name:
             raise ConfigError(
-                f"{where}: some GPUs stay unshared while others are shared under the same name {name}; "
-                f"set renameByDefault: true or kubegpu.sharing.rename"
+                f"{shared_as.entry}: some GPUs stay unshared while others are shared under the same name "
+                f"{name}; set renameByDefault: true or kubegpu.sharing.rename"
             )
         if kept:
-            resources.append(Resource(name=name, kind=kinds[name], devices=tuple(kept)))
-        if shared:
-            resources.append(
-                Resource(
-                    name=shared_name,
-                    kind=kinds[name],
-                    devices=tuple(shared),
-                    sharing=sharing.kind,
-                    fail_requests_greater_than_one=sharing.fail_requests_greater_than_one,
-                )
+            out.append(Candidate(resource=Resource(name=name, kind=kinds[name], devices=tuple(kept))))
+        replicas = Resource(
+            name=shared_as.name,
+            kind=kinds[name],
+            devices=tuple(shared),
+            sharing=plan.kind,
+            fail_requests_greater_than_one=plan.fail_requests_greater_than_one,
+        )
+        out.append(Candidate(resource=replicas, name_key=shared_as.name_key))
+    return out, warnings
+
+
+def check_names(candidates: Sequence[Candidate]) -> None:
+    """Step 3: every name the config chose is a valid extended resource name (the error names the
+    key), and no two resources that advertise devices share a name."""
+    for c in candidates:
+        if c.name_key is not None and not is_extended_resource_name(c.resource.name):
+            raise ConfigError(
+                f"{c.name_key}: {shorten(c.resource.name)} is not a valid extended resource name"
             )
-    names = [r.name for r in resources]
-    for name in names:
-        if names.count(name) > 1:
-            raise ConfigError(f"sharing: two resources would both be called {name}; choose distinct renames")
-    return Inventory(node=node, resources=tuple(r for r in resources if r.devices), warnings=tuple(warnings))
+    seen: set[str] = set()
+    for c in candidates:
+        if not c.resource.devices:
+            continue  # not advertised
+        if c.resource.name in seen:
+            raise ConfigError(
+                f"sharing: two resources would both be called {c.resource.name}; choose distinct renames"
+            )
+        seen.add(c.resource.name)
+
+
+def build_inventory(node: Node, config: AgentConfig) -> Inventory:
+    """Resources and devices for ``node`` under ``config``: resolve sharing, split resources, check
+    names. Raises ``ConfigError`` on impossible mixes and ``SourceError`` for a UUID unsafe as a device
+    ID; nothing is built then."""
+    _check_uuids(node)
+    plan = resolve_sharing(node, config.sharing)
+    candidates, warnings = split_resources(node, config.mig_strategy, plan)
+    check_names(candidates)
+    resources = tuple(c.resource for c in candidates if c.resource.devices)
+    return Inventory(node=node, resources=resources, warnings=tuple(warnings))

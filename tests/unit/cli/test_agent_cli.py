@@ -4,6 +4,12 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from typing import Any
+
+import typer
+
+from kubegpu.cli.app import app
+from kubegpu.deviceplugin.config import SETTINGS
 
 
 def run(*args: str) -> subprocess.CompletedProcess[str]:
@@ -51,3 +57,89 @@ def test_bad_flag_value_names_the_flag_and_starts_nothing(tmp_path) -> None:
         .startswith("kubegpu: error: --mig-strategy: 'most' is not allowed")
     )
     assert list(tmp_path.iterdir()) == []
+
+
+# The agent's options are the settings table's flags plus options that are not settings.
+CLI_ONLY = {
+    "--node-spec",
+    "--nvml",
+    "--device-plugin-dir",
+    "--config",
+    "--fault-file",
+    "--kubelet-socket",
+    "--log-level",
+}
+
+
+def _agent_options() -> dict[str, Any]:
+    """The agent command's options as click builds them from the typer command (flag -> option)."""
+    agent = typer.main.get_command(app).commands["agent"]  # type: ignore[attr-defined]
+    return {p.opts[0]: p for p in agent.params if p.param_type_name == "option"}
+
+
+def test_agent_options_are_the_settings_flags_and_the_cli_only_options() -> None:
+    flags = {s.flag for s in SETTINGS if s.flag}
+    assert not flags & CLI_ONLY
+    assert set(_agent_options()) == flags | CLI_ONLY
+
+
+def test_every_setting_with_a_flag_is_an_agent_option_with_the_tables_help() -> None:
+    options = _agent_options()
+    for s in SETTINGS:
+        if not s.flag:
+            continue
+        option = options[s.flag]
+        assert option.help is not None and option.help.startswith(s.help), s.flag
+        for value in s.allowed:
+            assert value in option.help, (s.flag, value)
+        for env in s.env:
+            assert env.name in option.help, (s.flag, env.name)
+        if isinstance(s.default, bool):
+            assert option.is_bool_flag
+            assert option.secondary_opts == ["--no-" + s.flag[2:]]
+        assert option.default is None  # not given: the environment, the file or the default decide
+        assert option.envvar is None  # environment variables are read by load_config, as "env NAME"
+
+
+def test_help_shows_each_settings_flag_and_allowed_values(cli) -> None:
+    res = cli("agent", "--help")
+    assert res.code == 0
+    text = " ".join(res.out.replace("│", " ").split())
+    for s in SETTINGS:
+        if s.flag:
+            assert s.flag in text
+            for value in s.allowed:
+                assert value in text
+
+
+def test_each_setting_flag_reaches_the_agent_under_its_setting_name(cli, monkeypatch, tmp_path) -> None:
+    seen: list[object] = []
+
+    class FakeAgent:
+        def __init__(self, options: object) -> None:
+            seen.append(options)
+
+        def run_until_signalled(self) -> None:
+            pass
+
+    monkeypatch.setattr("kubegpu.agent.Agent", FakeAgent)
+    monkeypatch.setattr("kubegpu.cli.agent._setup_logging", lambda level: None)
+    res = cli(
+        "agent",
+        "--node-spec",
+        "builtin:seed-8gpu",
+        "--device-plugin-dir",
+        str(tmp_path),
+        "--mig-strategy",
+        "mixed",
+        "--no-fail-on-init-error",
+        "--shared-devices-allocation-policy",
+        "packed",
+    )
+    assert res.code == 0, res.err
+    [options] = seen
+    overrides = options.cli_overrides  # type: ignore[attr-defined]
+    assert set(overrides) == {s.name for s in SETTINGS if s.flag}
+    given = {k: v for k, v in overrides.items() if v is not None}
+    assert given == {"mig_strategy": "mixed", "fail_on_init_error": False, "replica_policy": "packed"}
+    assert options.node_spec == "builtin:seed-8gpu"  # type: ignore[attr-defined]

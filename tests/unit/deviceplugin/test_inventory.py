@@ -13,10 +13,16 @@ from kubegpu.deviceplugin.config import (
     SharingKind,
 )
 from kubegpu.deviceplugin.inventory import (
+    Candidate,
+    Resource,
     ResourceKind,
+    ResourceName,
     build_inventory,
+    check_names,
     is_extended_resource_name,
     mig_resource_name,
+    resolve_sharing,
+    split_resources,
 )
 from kubegpu.errors import ConfigError
 from kubegpu.model.node import Gpu, GpuUuid, MigInstance, Node
@@ -210,3 +216,147 @@ def test_old_drivers_mig_uuids_are_accepted() -> None:
         Node(name="n", gpus=(gpu,), topology=None), AgentConfig(mig_strategy=MigStrategy.MIXED)
     )
     assert [d.id for r in inventory.resources for d in r.devices] == [legacy]
+
+
+# --- the three steps of build_inventory: resolve sharing -> split resources -> check names ----------
+
+
+def _sharing(config: AgentConfig) -> Sharing:
+    assert config.sharing is not None
+    return config.sharing
+
+
+def test_resolve_sharing_without_sharing_is_none() -> None:
+    assert resolve_sharing(SEED, None) is None
+
+
+def test_resolve_sharing_turns_gpu_indices_and_gpu_or_mig_uuids_into_gpu_indices() -> None:
+    mig_uuid = MIG.gpus[0].mig_instances[0].uuid
+    sharing = _sharing(_shared(4, rename=True, per_gpu=(("0", 8), (mig_uuid, 3)), exclusive=("1",)))
+    plan = resolve_sharing(MIG, sharing)
+    assert plan is not None
+    assert dict(plan.per_gpu_replicas) == {0: 3}  # GPU 0 named twice: the later entry wins, as before
+    assert plan.exclusive == frozenset({1})
+    seed = resolve_sharing(SEED, _sharing(_shared(2, rename=True, per_gpu=((str(SEED.gpus[5].uuid), 3),))))
+    assert seed is not None and dict(seed.per_gpu_replicas) == {5: 3}
+
+
+def test_resolve_sharing_refuses_gpus_the_node_lacks_naming_the_key() -> None:
+    with pytest.raises(
+        ConfigError, match=r"kubegpu\.sharing\.replicas\.8: no GPU 8 on this node \(GPUs 0\.\.7\)"
+    ):
+        resolve_sharing(SEED, _sharing(_shared(2, per_gpu=(("8", 2),))))
+    with pytest.raises(ConfigError, match=r"kubegpu\.sharing\.exclusive\[0\]: no GPU with UUID 'GPU-x'"):
+        resolve_sharing(SEED, _sharing(_shared(2, rename=True, exclusive=("GPU-x",))))
+
+
+@pytest.mark.parametrize(
+    ("config", "name", "key"),
+    [
+        (_shared(2), "nvidia.com/gpu", "sharing.timeSlicing.resources[0].name"),
+        (_shared(2, rename=True), "nvidia.com/gpu.shared", "sharing.timeSlicing.resources[0].name"),
+        (
+            _shared(2, rename=True, rename_to="nvidia.com/ts"),
+            "nvidia.com/ts",
+            "kubegpu.sharing.rename.nvidia.com/gpu",
+        ),
+    ],
+)
+def test_resolve_sharing_names_replicas_by_rename_then_rename_by_default_then_the_name(
+    config: AgentConfig, name: str, key: str
+) -> None:
+    plan = resolve_sharing(SEED, _sharing(config))
+    assert plan is not None
+    shared = plan.resources[ResourceName("nvidia.com/gpu")]
+    assert (shared.name, shared.name_key, shared.replicas) == (name, key, 2)
+
+
+def test_split_without_sharing_gives_the_mig_strategys_resources_whole() -> None:
+    candidates, warnings = split_resources(MIG, MigStrategy.MIXED, None)
+    assert {c.resource.name: len(c.resource.devices) for c in candidates} == {
+        "nvidia.com/mig-3g.40gb": 1,
+        "nvidia.com/mig-2g.20gb": 1,
+        "nvidia.com/mig-1g.10gb": 2,
+        "nvidia.com/gpu": 1,
+    }
+    assert all(c.name_key is None and c.resource.sharing is None for c in candidates)
+    assert warnings == []
+
+
+def test_split_replicates_shared_devices_and_keeps_exclusive_gpus_under_the_original_name() -> None:
+    config = _shared(4, rename=True, per_gpu=(("0", 8),), exclusive=("6", "7"))
+    candidates, _ = split_resources(SEED, MigStrategy.NONE, resolve_sharing(SEED, _sharing(config)))
+    by_name = {c.resource.name: c for c in candidates}
+    assert [d.gpu for d in by_name["nvidia.com/gpu"].resource.devices] == [6, 7]
+    shared = by_name["nvidia.com/gpu.shared"]
+    assert shared.resource.replicas_per_gpu == {0: 8, 1: 4, 2: 4, 3: 4, 4: 4, 5: 4}
+    assert shared.resource.sharing is SharingKind.TIME_SLICING
+    assert shared.name_key == "sharing.timeSlicing.resources[0].name"
+
+
+def test_split_keeps_an_all_exclusive_shared_resource_empty_so_its_name_is_still_checked() -> None:
+    config = _shared(2, rename=True, exclusive=tuple(str(i) for i in range(8)))
+    candidates, _ = split_resources(SEED, MigStrategy.NONE, resolve_sharing(SEED, _sharing(config)))
+    assert [(c.resource.name, len(c.resource.devices)) for c in candidates] == [
+        ("nvidia.com/gpu", 8),
+        ("nvidia.com/gpu.shared", 0),
+    ]
+
+
+def test_split_warns_about_a_shared_resource_the_node_does_not_advertise() -> None:
+    sharing = Sharing(
+        kind=SharingKind.TIME_SLICING,
+        rename_by_default=False,
+        fail_requests_greater_than_one=False,
+        resources=(SharedResource(name="nvidia.com/mig-1g.10gb", replicas=2),),
+    )
+    candidates, warnings = split_resources(SEED, MigStrategy.NONE, resolve_sharing(SEED, sharing))
+    assert [c.resource.name for c in candidates] == ["nvidia.com/gpu"]
+    assert warnings == [
+        "sharing.timeSlicing.resources[0]: nvidia.com/mig-1g.10gb is not advertised on this node; ignored"
+    ]
+
+
+def test_split_refuses_mps_with_mig_devices() -> None:
+    sharing = Sharing(
+        kind=SharingKind.MPS,
+        rename_by_default=False,
+        fail_requests_greater_than_one=True,
+        resources=(SharedResource(name="nvidia.com/gpu", replicas=2),),
+    )
+    with pytest.raises(ConfigError, match=r"sharing\.mps: MPS sharing is not supported with MIG devices"):
+        split_resources(MIG, MigStrategy.MIXED, resolve_sharing(MIG, sharing))
+
+
+def test_split_refuses_exclusive_and_shared_gpus_under_one_name() -> None:
+    plan = resolve_sharing(SEED, _sharing(_shared(2, exclusive=("7",))))
+    with pytest.raises(ConfigError, match=r"sharing\.timeSlicing\.resources\[0\]: some GPUs stay unshared"):
+        split_resources(SEED, MigStrategy.NONE, plan)
+
+
+def _candidate(name: str, devices: int = 1, key: str | None = None) -> Candidate:
+    whole = build_inventory(SEED, AgentConfig()).resources[0].devices
+    resource = Resource(name=ResourceName(name), kind=ResourceKind.GPU, devices=whole[:devices])
+    return Candidate(resource=resource, name_key=key)
+
+
+def test_check_names_refuses_an_invalid_name_from_the_config_naming_its_key() -> None:
+    with pytest.raises(ConfigError, match=r"kubegpu\.sharing\.rename\.nvidia\.com/gpu: 'nvidia\.com/Bad_'"):
+        check_names(
+            [
+                _candidate("nvidia.com/gpu"),
+                _candidate("nvidia.com/Bad_", 0, "kubegpu.sharing.rename.nvidia.com/gpu"),
+            ]
+        )
+
+
+def test_check_names_refuses_two_resources_with_one_name() -> None:
+    with pytest.raises(ConfigError, match=r"two resources would both be called nvidia\.com/gpu-ts"):
+        check_names(
+            [_candidate("nvidia.com/gpu-ts"), _candidate("nvidia.com/gpu-ts", 2, "kubegpu.sharing.rename.x")]
+        )
+
+
+def test_check_names_accepts_distinct_names_and_an_empty_resource_is_no_collision() -> None:
+    check_names([_candidate("nvidia.com/gpu"), _candidate("nvidia.com/gpu.shared", 2, "k")])
+    check_names([_candidate("nvidia.com/gpu", 8), _candidate("nvidia.com/gpu", 0, "k")])
