@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+import threading
 from pathlib import Path
 
 import pytest
@@ -83,9 +85,7 @@ def test_a_line_that_breaks_the_json_parser_is_skipped_and_later_lines_still_app
     assert [e.gpu for e in seen] == [0, 2]
 
 
-@pytest.mark.parametrize(
-    "poison", ["[" * 50_000, "9" * 5_000], ids=["deeply-nested", "5000-digit-number"]
-)
+@pytest.mark.parametrize("poison", ["[" * 50_000, "9" * 5_000], ids=["deeply-nested", "5000-digit-number"])
 def test_parser_errors_of_any_kind_are_input_errors(poison: str) -> None:
     with pytest.raises(InputError, match=r"^faults\.jsonl:4: not a JSON object"):
         parse_fault_line(poison, where="faults.jsonl:4")
@@ -140,3 +140,34 @@ def test_an_overlong_line_split_across_polls_is_skipped_as_one_line(tmp_path: Pa
         f.write("]" * 100_000 + '\n{"gpu": 3, "xid": 79}\n')
     follower.poll_once()
     assert [e.gpu for e in seen] == [3]
+
+
+class _RecordingStop(threading.Event):
+    """A stop event whose waits return at once and are recorded; it sets itself after ``n`` waits."""
+
+    def __init__(self, n: int) -> None:
+        super().__init__()
+        self.n = n
+        self.waits: list[float] = []
+
+    def wait(self, timeout: float | None = None) -> bool:
+        self.waits.append(float(timeout or 0))
+        if len(self.waits) >= self.n:
+            self.set()
+        return self.is_set()
+
+
+def test_an_unreadable_fault_file_is_retried_with_backoff_and_one_line_per_failure(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = tmp_path / "faults.jsonl"
+    path.mkdir()  # opening it fails on every try
+    stop = _RecordingStop(8)
+    follower = FaultFileFollower(path, lambda e: None, stop=stop)
+    caplog.set_level(logging.INFO)
+    follower._run()
+    assert stop.waits == [0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 30.0, 30.0]
+    failures = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(failures) == 8
+    assert all(r.exc_info is None and "\n" not in r.getMessage() for r in failures)
+    assert "IsADirectoryError" in str(failures[0].__dict__["error"])
