@@ -58,3 +58,52 @@ def test_a_fault_file_replaced_by_rename_is_followed_from_its_first_line(
     new.write_text("".join(json.dumps(e) + "\n" for e in events) + "# " + "y" * 400 + "\n")
     new.replace(fault_file)  # write-and-rename, longer than the old file
     assert kubelet.wait_for(lambda: _unhealthy(kubelet) == {UUIDS[5]}, 10), agent.log
+
+
+FAKE_NVML = Path(__file__).parent / "fake_nvml"
+NVML_GPUS = {"GPU-fake-0", "GPU-fake-1"}
+
+
+@pytest.fixture
+def nvml_script(plugin_dir: Path):
+    path = plugin_dir.parent / f"{plugin_dir.name}-nvml.json"
+
+    def script(**fail: object) -> dict[str, str]:
+        path.write_text(json.dumps({"fail": fail}))
+        return {"KUBEGPU_FAKE_NVML": str(path), "PYTHONPATH": str(FAKE_NVML)}
+
+    yield script
+    path.unlink(missing_ok=True)
+
+
+def test_a_failing_nvml_watcher_marks_gpus_unhealthy_retries_and_reports_recovery(
+    kubelet: KubeletDouble, nvml_script, start_agent: Callable[..., AgentProcess]
+) -> None:
+    env = nvml_script(nvmlEventSetCreate=999)  # the watcher cannot even start
+    agent = start_agent("--nvml", env=env)
+    assert kubelet.wait_for(lambda: set(kubelet.device_health(GPU)) == NVML_GPUS, 20), agent.log
+    assert kubelet.wait_for(lambda: _unhealthy(kubelet) == NVML_GPUS, 10), agent.log
+    nvml_script()  # NVML works again
+    assert kubelet.wait_for(lambda: kubelet.allocatable(GPU) == 2, 20), agent.log
+    nvml_script(nvmlEventSetWait_v2="TypeError")  # not even an NVMLError
+    assert kubelet.wait_for(lambda: _unhealthy(kubelet) == NVML_GPUS, 10), agent.log
+    nvml_script()
+    assert kubelet.wait_for(lambda: kubelet.allocatable(GPU) == 2, 20), agent.log
+    log = agent.log
+    assert "Traceback" not in log
+    assert 2 <= log.count("NVML health watcher failed") <= 10  # one line per try, with backoff
+    assert agent.proc.poll() is None
+
+
+def test_watcher_failure_keep_leaves_gpus_healthy_and_still_says_so(
+    kubelet: KubeletDouble, nvml_script, plugin_dir: Path, start_agent: Callable[..., AgentProcess]
+) -> None:
+    config = plugin_dir.parent / f"{plugin_dir.name}-keep.yaml"
+    config.write_text("version: v1\nkubegpu:\n  health:\n    watcherFailure: keep\n")
+    try:
+        agent = start_agent("--nvml", "--config", str(config), env=nvml_script(nvmlEventSetCreate=999))
+        assert kubelet.wait_for(lambda: kubelet.allocatable(GPU) == 2, 20), agent.log
+        assert kubelet.wait_for(lambda: agent.log.count("NVML health watcher failed") >= 2, 10), agent.log
+        assert kubelet.allocatable(GPU) == 2 and not _unhealthy(kubelet)
+    finally:
+        config.unlink()

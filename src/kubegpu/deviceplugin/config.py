@@ -20,6 +20,7 @@ The ``kubegpu:`` section (documented in docs/config.md)::
         ignoredXids: [13, 31, 43, 45, 68, 109]
         fatalXids: []                   # or "all"
         ecc: {doubleBit: fatal, singleBit: ignore}
+        watcherFailure: unhealthy       # or keep: what a failed NVML health watcher does to its GPUs
       sharing:
         replicas: {"0": 4, "GPU-…": 2}  # per-GPU replica counts (index or UUID)
         exclusive: [6, 7]               # GPUs kept whole while the others are shared
@@ -38,7 +39,7 @@ import yaml
 
 from kubegpu.deviceplugin.policies import ALLOCATION_POLICIES, REPLICA_POLICIES
 from kubegpu.errors import ConfigError
-from kubegpu.health.policy import EccAction, HealthPolicy
+from kubegpu.health.policy import EccAction, HealthPolicy, WatcherFailureAction
 from kubegpu.health.xid import DEFAULT_IGNORED_XIDS, XidPolicy
 
 __all__ = [
@@ -183,7 +184,7 @@ _NVIDIA_PLUGIN = {
 }  # fmt: skip
 _NVIDIA_TOP = {"version", "flags", "resources", "sharing", "imex", "kubegpu"}
 _KUBEGPU_TOP = {"allocationPolicy", "replicaPolicy", "cdiKind", "preStartCheck", "health", "sharing"}
-_KUBEGPU_HEALTH = {"disabled", "ignoredXids", "fatalXids", "ecc"}
+_KUBEGPU_HEALTH = {"disabled", "ignoredXids", "fatalXids", "ecc", "watcherFailure"}
 _KUBEGPU_ECC = {"doubleBit", "singleBit"}
 _KUBEGPU_SHARING = {"replicas", "exclusive"}
 _SHARING_KEYS = {"renameByDefault", "failRequestsGreaterThanOne", "resources"}
@@ -481,6 +482,9 @@ def _parse_health(prefix: str, kubegpu: dict[str, Any], env: Mapping[str, str]) 
     _check_keys(f"{prefix}kubegpu.health.ecc", ecc, _KUBEGPU_ECC, strict=True)
     dbe = _enum(EccAction, f"{prefix}kubegpu.health.ecc.doubleBit", ecc.get("doubleBit", "fatal"))
     sbe = _enum(EccAction, f"{prefix}kubegpu.health.ecc.singleBit", ecc.get("singleBit", "ignore"))
+    watcher = _enum(
+        WatcherFailureAction, f"{prefix}kubegpu.health.watcherFailure", raw.get("watcherFailure", "unhealthy")
+    )
     # NVIDIA's env vars win over the file.
     off = env.get("DP_DISABLE_HEALTHCHECKS", "").strip()
     if off:
@@ -495,7 +499,7 @@ def _parse_health(prefix: str, kubegpu: dict[str, Any], env: Mapping[str, str]) 
         else:
             forced = forced | _env_xids("env DP_ENABLE_HEALTHCHECKS", on)
     xid = XidPolicy(ignored=ignored, forced_fatal=forced, all_fatal=all_fatal, disabled=disabled)
-    return HealthPolicy(xid=xid, ecc_double_bit=dbe, ecc_single_bit=sbe)
+    return HealthPolicy(xid=xid, ecc_double_bit=dbe, ecc_single_bit=sbe, watcher_failure=watcher)
 
 
 def load_config(

@@ -16,7 +16,7 @@ from kubegpu.deviceplugin.config import (
     load_config,
 )
 from kubegpu.errors import ConfigError
-from kubegpu.health.policy import EccAction
+from kubegpu.health.policy import EccAction, WatcherFailureAction
 from kubegpu.health.xid import XidVerdict
 
 
@@ -201,3 +201,12 @@ kubegpu:
     assert sharing is not None
     assert dict(sharing.per_gpu_replicas) == {"0": 8, "GPU-abc": 2}
     assert sharing.exclusive == ("7",)
+
+
+def test_watcher_failure_policy_defaults_to_unhealthy_and_is_validated(tmp_path: Path) -> None:
+    assert load_config().health.watcher_failure is WatcherFailureAction.UNHEALTHY
+    keep = write(tmp_path, "version: v1\nkubegpu:\n  health:\n    watcherFailure: keep\n")
+    assert load_config(keep).health.watcher_failure is WatcherFailureAction.KEEP
+    bad = write(tmp_path, "version: v1\nkubegpu:\n  health:\n    watcherFailure: shrug\n", "bad.yaml")
+    with pytest.raises(ConfigError, match=r"kubegpu\.health\.watcherFailure: 'shrug'.*unhealthy, keep"):
+        load_config(bad)
