@@ -6,8 +6,10 @@
 2. resolves the configuration (CLI > env > file) and builds the inventory;
 3. serves every resource on a fresh socket, then registers it with kubelet, retrying with backoff
    while kubelet is absent or refuses;
-4. watches for kubelet restarts (a new ``kubelet.sock`` inode, or a plugin socket that vanished) and
-   then serves again on fresh sockets and re-registers, without restarting the process;
+4. watches for kubelet restarts (a recreated ``kubelet.sock``: a new device, inode or ctime, since
+   ext4 reuses inode numbers; or a plugin socket that vanished) and then serves again on fresh
+   sockets and re-registers, without restarting the process; a restart that fails is retried with
+   backoff, one log line per failure;
 5. feeds health events (NVML, ``--fault-file``) into one ``HealthTracker`` that all servers read;
 6. ``reload()`` (SIGHUP) re-reads the configuration: an invalid one is logged and the running one kept;
    ``stop()`` (SIGTERM) stops every server and removes its socket.
@@ -26,8 +28,10 @@ from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING
 
+from kubegpu.backoff import Backoff, describe
 from kubegpu.deviceplugin.config import AgentConfig, load_config
 from kubegpu.deviceplugin.inventory import Inventory, build_inventory
+from kubegpu.deviceplugin.kubelet_socket import SocketIdentity, socket_identity
 from kubegpu.deviceplugin.plugin import ResourcePlugin
 from kubegpu.deviceplugin.server import PluginServer, RegistrationFailed, register
 from kubegpu.deviceplugin.sockets import make_dirs, too_long
@@ -76,19 +80,12 @@ class AgentOptions:
 @dataclass(kw_only=True)
 class _Slot:
     server: PluginServer
-    registered_inode: int | None = None
+    registered_with: SocketIdentity | None = None  # the kubelet.sock this server registered with
     next_attempt: float = 0.0
     backoff_s: float = 0.1
     failures: int = 0
-
-
-def _inode(path: Path | None) -> int | None:
-    if path is None:
-        return None
-    try:
-        return os.stat(path).st_ino
-    except OSError:
-        return None
+    restart_at: float = 0.0  # a failed restart is retried from then
+    restart_backoff: Backoff | None = None
 
 
 class Agent:
@@ -228,37 +225,79 @@ class Agent:
     def _restart(self, slot: _Slot, why: str) -> None:
         if self._stop.is_set():
             return
-        log.warning(
-            "restarting plugin server", extra={"resource": slot.server.plugin.resource.name, "why": why}
-        )
-        slot.server.stop()
+        retrying = slot.restart_backoff is not None and slot.restart_backoff.failures > 0
+        if not retrying:
+            log.warning(
+                "restarting plugin server", extra={"resource": slot.server.plugin.resource.name, "why": why}
+            )
+        if slot.server.serving:
+            slot.server.stop()
+        slot.registered_with = None
         slot.server.start()
-        slot.registered_inode = None
         slot.next_attempt = 0.0
         slot.backoff_s = 0.1
 
+    def _restart_or_back_off(self, slot: _Slot, why: str, now: float) -> bool:
+        """Restart ``slot``'s server; on failure log one line and schedule a retry. True if serving."""
+        if slot.restart_backoff is None:
+            slot.restart_backoff = Backoff(initial_s=0.1, max_s=self.options.max_backoff_s)
+        try:
+            self._restart(slot, why)
+        except Exception as exc:
+            delay = slot.restart_backoff.failed()
+            slot.restart_at = now + delay
+            log.warning(
+                "plugin server restart failed; retrying",
+                extra={
+                    "resource": slot.server.plugin.resource.name,
+                    "why": why,
+                    "error": describe(exc),
+                    "failures": slot.restart_backoff.failures,
+                    "retry_in_s": round(delay, 2),
+                },
+            )
+            log.debug("plugin server restart failure", exc_info=True)
+            return False
+        slot.restart_backoff.reset()
+        return True
+
     def _supervise(self) -> None:
         kubelet = self.options.kubelet_socket_path
-        while not self._stop.wait(self.options.watch_interval_s):
+        backoff = Backoff(initial_s=self.options.watch_interval_s, max_s=self.options.max_backoff_s)
+        delay = self.options.watch_interval_s
+        while not self._stop.wait(delay):
             with self._lock:
                 if self._stop.is_set():
                     return
                 try:
                     self._tick(kubelet)
-                except Exception:
-                    log.exception("registration loop failed; retrying")
+                except Exception as exc:
+                    delay = max(backoff.failed(), self.options.watch_interval_s)
+                    log.error(
+                        "registration loop failed; retrying",
+                        extra={"error": describe(exc), "retry_in_s": round(delay, 2)},
+                    )
+                    log.debug("registration loop failure", exc_info=True)
+                    continue
+                backoff.reset()
+                delay = self.options.watch_interval_s
 
     def _tick(self, kubelet: Path | None) -> None:
-        inode = _inode(kubelet)
+        identity = socket_identity(kubelet)
         now = self._clock()
         for slot in self._slots:
+            why = None
             if not slot.server.socket_alive():
-                self._restart(slot, "plugin socket removed (kubelet restart?)")
-            elif slot.registered_inode is not None and inode is not None and inode != slot.registered_inode:
-                self._restart(slot, "kubelet.sock recreated (kubelet restart)")
-            if kubelet is None or slot.registered_inode is not None or now < slot.next_attempt:
+                why = "plugin socket removed (kubelet restart?)"
+            elif (
+                slot.registered_with is not None and identity is not None and identity != slot.registered_with
+            ):
+                why = "kubelet.sock recreated (kubelet restart)"
+            if why is not None and (now < slot.restart_at or not self._restart_or_back_off(slot, why, now)):
                 continue
-            if inode is None:
+            if kubelet is None or slot.registered_with is not None or now < slot.next_attempt:
+                continue
+            if identity is None:
                 continue  # kubelet absent: register as soon as its socket appears
             try:
                 register(kubelet, slot.server)
@@ -271,7 +310,7 @@ class Agent:
                 )
                 slot.backoff_s = min(slot.backoff_s * 2, self.options.max_backoff_s)
                 continue
-            slot.registered_inode = inode
+            slot.registered_with = identity
             slot.failures = 0
             slot.backoff_s = 0.1
 
@@ -309,7 +348,7 @@ class Agent:
 
     def registered(self) -> dict[str, bool]:
         with self._lock:
-            return {str(s.server.plugin.resource.name): s.registered_inode is not None for s in self._slots}
+            return {str(s.server.plugin.resource.name): s.registered_with is not None for s in self._slots}
 
     def stop(self) -> None:
         """Stop serving and remove every socket."""

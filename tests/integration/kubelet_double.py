@@ -152,9 +152,9 @@ class KubeletDouble:
             self.calls.append(Call(name=name, resource=resource, request=request, at=self._clock()))
             self._changed.notify_all()
 
-    def start(self) -> None:
+    def start(self, *, keep_plugin_sockets: bool = False) -> None:
         self.dir.mkdir(mode=0o750, parents=True, exist_ok=True)
-        for entry in self.dir.iterdir():
+        for entry in [] if keep_plugin_sockets else self.dir.iterdir():
             try:
                 if stat.S_ISSOCK(entry.lstat().st_mode):
                     entry.unlink()
@@ -181,13 +181,14 @@ class KubeletDouble:
         if self.socket.exists():
             self.socket.unlink()
 
-    def restart(self) -> None:
-        """A new kubelet: sockets in the dir deleted, kubelet.sock recreated with a new inode."""
+    def restart(self, *, keep_plugin_sockets: bool = False) -> None:
+        """A new kubelet: sockets in the dir deleted, kubelet.sock recreated (on ext4 often with the
+        same inode). ``keep_plugin_sockets`` recreates only kubelet.sock, leaving the plugins' sockets."""
         self.stop()
         with self._lock:
             self.endpoints.clear()
             self.allocations.clear()
-        self.start()
+        self.start(keep_plugin_sockets=keep_plugin_sockets)
 
     # -- Register --------------------------------------------------------------------------------
 

@@ -86,12 +86,14 @@ def test_fault_file_text_is_not_echoed_unbounded_into_logs_or_grpc_errors(
     kubelet: KubeletDouble, plugin_dir: Path, start_agent: Callable[..., AgentProcess]
 ) -> None:
     faults = plugin_dir.parent / f"{plugin_dir.name}-faults.jsonl"
+    # Each line stays under the follower's 64 KiB line limit (longer lines are skipped unread), so
+    # every value reaches the parser and the health tracker and must be shortened there.
     faults.write_text(
-        json.dumps({"gpu": "GPU-" + "u" * 100_000, "xid": 79})
+        json.dumps({"gpu": "GPU-" + "u" * 60_000, "xid": 79})
         + "\n"
-        + json.dumps({"gpu": 0, "xid": "x" * 100_000})
+        + json.dumps({"gpu": 0, "xid": "x" * 60_000})
         + "\n"
-        + json.dumps({"gpu": 0, "xid": 79, "detail": "d" * 100_000})
+        + json.dumps({"gpu": 0, "xid": 79, "detail": "d" * 60_000})
         + "\n"
     )
     try:

@@ -27,6 +27,7 @@ The ``kubegpu:`` section (documented in docs/config.md)::
         ignoredXids: [13, 31, 43, 45, 68, 109]
         fatalXids: []                   # or "all"
         ecc: {doubleBit: fatal, singleBit: ignore}
+        watcherFailure: unhealthy       # or keep: what a failed NVML health watcher does to its GPUs
       sharing:
         replicas: {"0": 4, "GPU-…": 2}  # per-GPU replica counts (index or UUID)
         exclusive: [6, 7]               # GPUs kept whole while the others are shared
@@ -48,7 +49,7 @@ import yaml
 from kubegpu.deviceplugin.policies import ALLOCATION_POLICIES, REPLICA_POLICIES
 from kubegpu.echo import clip, shorten
 from kubegpu.errors import ConfigError
-from kubegpu.health.policy import EccAction, HealthPolicy
+from kubegpu.health.policy import EccAction, HealthPolicy, WatcherFailureAction
 from kubegpu.health.xid import DEFAULT_IGNORED_XIDS, XidPolicy
 
 __all__ = [
@@ -119,7 +120,7 @@ class Sharing:
 
 
 MAX_REPLICAS = 1024  # replicas per GPU; each is a device kubelet lists, so the bound keeps that finite
-_KUBEGPU_HEALTH = {"disabled", "ignoredXids", "fatalXids", "ecc"}
+_KUBEGPU_HEALTH = {"disabled", "ignoredXids", "fatalXids", "ecc", "watcherFailure"}
 _KUBEGPU_ECC = {"doubleBit", "singleBit"}
 _KUBEGPU_SHARING = {"replicas", "exclusive", "rename"}
 _SHARING_KEYS = {"renameByDefault", "failRequestsGreaterThanOne", "resources"}
@@ -592,8 +593,9 @@ def _parse_health(where: str, value: object) -> HealthPolicy:
     _check_keys(f"{where}.ecc", ecc, _KUBEGPU_ECC, strict=True)
     dbe = _enum(EccAction, f"{where}.ecc.doubleBit", ecc.get("doubleBit", "fatal"))
     sbe = _enum(EccAction, f"{where}.ecc.singleBit", ecc.get("singleBit", "ignore"))
+    watcher = _enum(WatcherFailureAction, f"{where}.watcherFailure", raw.get("watcherFailure", "unhealthy"))
     xid = XidPolicy(ignored=ignored, forced_fatal=forced, all_fatal=all_fatal, disabled=disabled)
-    return HealthPolicy(xid=xid, ecc_double_bit=dbe, ecc_single_bit=sbe)
+    return HealthPolicy(xid=xid, ecc_double_bit=dbe, ecc_single_bit=sbe, watcher_failure=watcher)
 
 
 def _disable_healthchecks(where: str, value: str, policy: HealthPolicy) -> HealthPolicy:

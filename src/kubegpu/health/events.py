@@ -23,6 +23,8 @@ class EventKind(Enum):
     ECC_SINGLE_BIT = "ecc-sbe"
     LOST = "lost"  # the source cannot reach the GPU any more (handle, event wait or query failed)
     HEALTHY = "healthy"  # an operator or a probe says the GPU works again
+    WATCH_FAILED = "watch-failed"  # the source's health watcher failed: the GPU's health is unknown
+    WATCH_RESTORED = "watch-restored"  # the watcher works again (undoes WATCH_FAILED only)
 
 
 @dataclass(frozen=True, kw_only=True)

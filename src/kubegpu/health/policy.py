@@ -3,7 +3,10 @@
 XIDs are classified by ``XidPolicy`` (NVIDIA's default ignore list 13, 31, 43, 45, 68, 109 unless
 configured otherwise). NVIDIA's plugin only logs ECC events; kubegpu treats a double-bit (uncorrectable)
 ECC error as fatal by default and single-bit (corrected) errors as harmless, both configurable. A GPU
-the source has lost is always unhealthy; an explicit "healthy" report always recovers it.
+the source has lost is always unhealthy; an explicit "healthy" report always recovers it. When the
+source's health watcher itself fails (NVML event registration or waits failing) the GPUs it can no
+longer watch are unhealthy by default (``WatcherFailureAction.UNHEALTHY``: their health is unknown) or
+kept as they are (``KEEP``); the watcher coming back undoes only that.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ from enum import Enum
 from kubegpu.health.events import EventKind, HealthEvent
 from kubegpu.health.xid import XID_MEANINGS, XidPolicy, XidVerdict
 
-__all__ = ["EccAction", "HealthPolicy", "Verdict", "VerdictKind"]
+__all__ = ["EccAction", "HealthPolicy", "Verdict", "VerdictKind", "WatcherFailureAction"]
 
 
 class EccAction(Enum):
@@ -22,6 +25,13 @@ class EccAction(Enum):
 
     FATAL = "fatal"
     IGNORE = "ignore"
+
+
+class WatcherFailureAction(Enum):
+    """What a failed health watcher does to the GPUs it can no longer watch."""
+
+    UNHEALTHY = "unhealthy"
+    KEEP = "keep"
 
 
 class VerdictKind(Enum):
@@ -45,6 +55,7 @@ class HealthPolicy:
     xid: XidPolicy = field(default_factory=XidPolicy)
     ecc_double_bit: EccAction = EccAction.FATAL
     ecc_single_bit: EccAction = EccAction.IGNORE
+    watcher_failure: WatcherFailureAction = WatcherFailureAction.UNHEALTHY
 
     def judge(self, event: HealthEvent) -> Verdict:
         """Classify ``event``; the reason names what happened in an operator's words."""
@@ -53,6 +64,13 @@ class HealthPolicy:
             return Verdict(kind=VerdictKind.HEALTHY, reason=f"marked healthy{detail}")
         if event.kind is EventKind.LOST:
             return Verdict(kind=VerdictKind.UNHEALTHY, reason=f"GPU lost{detail}")
+        if event.kind is EventKind.WATCH_FAILED:
+            reason = f"health watcher failed{detail}"
+            if self.watcher_failure is WatcherFailureAction.KEEP:
+                return Verdict(kind=VerdictKind.IGNORE, reason=f"{reason} (kept: watcherFailure=keep)")
+            return Verdict(kind=VerdictKind.UNHEALTHY, reason=reason)
+        if event.kind is EventKind.WATCH_RESTORED:
+            return Verdict(kind=VerdictKind.HEALTHY, reason=f"health watcher recovered{detail}")
         if event.kind is EventKind.XID:
             xid = event.xid if event.xid is not None else -1
             meaning = XID_MEANINGS.get(xid, "see NVIDIA's XID catalogue")

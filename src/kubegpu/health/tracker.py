@@ -16,12 +16,15 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from kubegpu.echo import shorten
-from kubegpu.health.events import HealthEvent
+from kubegpu.health.events import EventKind, HealthEvent
 from kubegpu.health.policy import HealthPolicy, VerdictKind
 
 __all__ = ["GpuStatus", "HealthTracker", "Transition", "UnknownGpuError"]
 
 log = logging.getLogger(__name__)
+
+
+_WATCH = (EventKind.WATCH_FAILED, EventKind.WATCH_RESTORED)
 
 
 class UnknownGpuError(LookupError):
@@ -33,6 +36,7 @@ class GpuStatus:
     healthy: bool
     reason: str
     since: float
+    cause: EventKind | None = None  # the kind of event that made the GPU unhealthy
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -95,10 +99,18 @@ class HealthTracker:
                 return None
             healthy = verdict.kind is VerdictKind.HEALTHY
             current = self._status[index]
+            if event.kind is EventKind.WATCH_RESTORED and current.cause is not EventKind.WATCH_FAILED:
+                return None  # a watcher coming back only undoes what its failure did
             if current.healthy == healthy:
+                if not healthy and current.cause is EventKind.WATCH_FAILED and event.kind not in _WATCH:
+                    # a real fault while unwatched: the watcher's recovery must not clear it
+                    self._status[index] = GpuStatus(
+                        healthy=False, reason=verdict.reason, since=current.since, cause=event.kind
+                    )
                 return None
             now = self._clock()
-            self._status[index] = GpuStatus(healthy=healthy, reason=verdict.reason, since=now)
+            cause = None if healthy else event.kind
+            self._status[index] = GpuStatus(healthy=healthy, reason=verdict.reason, since=now, cause=cause)
             self._version += 1
             self._cond.notify_all()
         log.warning(

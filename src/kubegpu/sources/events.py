@@ -19,6 +19,8 @@ class GpuEventKind(Enum):
     ECC_SINGLE_BIT = "ecc-sbe"
     LOST = "lost"
     HEALTHY = "healthy"
+    WATCH_FAILED = "watch-failed"  # the source can no longer watch this GPU's health (its own failure)
+    WATCH_RESTORED = "watch-restored"  # the source watches this GPU again
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -5,6 +5,12 @@ decoded, optional symbols are probed, and every NVML error is translated into wh
 operator (``explain``), so the agent and the doctor say "the NVIDIA driver is not loaded" rather than
 ``NVMLError_DriverNotLoaded``. On a host without a driver, ``NvmlSource.open`` raises ``SourceError``
 with that explanation and nothing else in kubegpu needs to know.
+
+The health watcher is supervised: any failure in it (an event set that cannot be created, a GPU whose
+UUID or event registration fails, a wait that fails, an unexpected exception) is logged as one line,
+reported as ``WATCH_FAILED`` for the GPUs it can no longer watch (the health policy decides what that
+means) and retried with backoff (0.5 s doubling to 30 s); a GPU is reported ``WATCH_RESTORED`` once
+NVML delivers events for it again.
 """
 
 from __future__ import annotations
@@ -12,11 +18,13 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from kubegpu.backoff import Backoff, describe
 from kubegpu.errors import SourceError
 from kubegpu.model.gpu import CATALOGUE, GpuModel
 from kubegpu.model.node import Gpu, GpuUuid, MigInstance, Node
@@ -253,48 +261,144 @@ class NvmlSource:
 
     # -- health ---------------------------------------------------------------------------------
 
-    def watch_health(self, stop: threading.Event, emit: Callable[[GpuEvent], None]) -> None:
-        """Block until ``stop``, turning NVML XID/ECC events into ``GpuEvent``s (5 s waits)."""
+    def watch_health(
+        self,
+        stop: threading.Event,
+        emit: Callable[[GpuEvent], None],
+        *,
+        backoff: Backoff | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        """Block until ``stop``, turning NVML XID/ECC events into ``GpuEvent``s; never dies silently.
+
+        Each session creates an event set, registers every GPU and waits (5 s at a time). A session that
+        fails ends with every GPU ``WATCH_FAILED`` and starts again after ``backoff``; a GPU that fails
+        registration alone is retried inside the session. ``stop.wait`` is the only sleep.
+        """
+        backoff = backoff if backoff is not None else Backoff(initial_s=0.5, max_s=30.0)
+        unwatched: set[int] = set()
+        while not stop.is_set():
+            try:
+                self._watch_session(stop, emit, unwatched, backoff, clock)
+            except Exception as exc:
+                delay = backoff.failed()
+                detail = describe(exc)
+                log.warning(
+                    "NVML health watcher failed; retrying",
+                    extra={"error": detail, "failures": backoff.failures, "retry_in_s": round(delay, 2)},
+                )
+                log.debug("NVML health watcher failure", exc_info=True)
+                self._unwatched(range(len(self._handles)), detail, emit, unwatched)
+                stop.wait(delay)
+
+    @staticmethod
+    def _unwatched(
+        gpus: Iterable[int], detail: str, emit: Callable[[GpuEvent], None], unwatched: set[int]
+    ) -> None:
+        for i in gpus:
+            if i not in unwatched:
+                unwatched.add(i)
+                emit(GpuEvent(gpu=i, kind=GpuEventKind.WATCH_FAILED, detail=detail, source="nvml"))
+
+    def _register(self, i: int, events: Any, wanted: int) -> str | None:
+        """Register GPU ``i``'s events; its UUID, ``""`` if it has no events to watch; raises NVMLError."""
+        nv = self._nvml
+        handle = self._handles[i]
+        uuid = _text(nv.nvmlDeviceGetUUID(handle))
+        try:
+            supported = nv.nvmlDeviceGetSupportedEventTypes(handle)
+            nv.nvmlDeviceRegisterEvents(handle, wanted & supported, events)
+        except nv.NVMLError as exc:
+            if getattr(exc, "value", None) != 3:
+                raise
+            log.warning("health events not supported", extra={"gpu": i})
+            return ""
+        return uuid
+
+    def _watch_session(
+        self,
+        stop: threading.Event,
+        emit: Callable[[GpuEvent], None],
+        unwatched: set[int],
+        backoff: Backoff,
+        clock: Callable[[], float],
+    ) -> None:
         nv = self._nvml
         wanted = nv.nvmlEventTypeXidCriticalError | nv.nvmlEventTypeDoubleBitEccError
         wanted |= nv.nvmlEventTypeSingleBitEccError
-        events = self._call("event set", nv.nvmlEventSetCreate)
-        by_uuid: dict[str, int] = {}
-        for i, handle in enumerate(self._handles):
-            uuid = _text(nv.nvmlDeviceGetUUID(handle))
-            by_uuid[uuid] = i
-            try:
-                supported = nv.nvmlDeviceGetSupportedEventTypes(handle)
-                nv.nvmlDeviceRegisterEvents(handle, wanted & supported, events)
-            except nv.NVMLError as exc:
-                if getattr(exc, "value", None) == 3:
-                    log.warning("health events not supported", extra={"gpu": i})
-                    continue
-                emit(GpuEvent(gpu=i, kind=GpuEventKind.LOST, detail=explain(exc), source="nvml"))
+        events = self._call("event set creation", nv.nvmlEventSetCreate)
         try:
-            while not stop.is_set():
-                try:
-                    data = nv.nvmlEventSetWait_v2(events, 5000)
-                except nv.NVMLError as exc:
-                    if getattr(exc, "value", None) == 10:
+            by_uuid: dict[str, int] = {}
+            failing: set[int] = set()
+            pending: set[int] = set()  # registered again; restored after the next good wait
+            retry_at = 0.0
+
+            def register(gpus: Iterable[int]) -> None:
+                nonlocal retry_at
+                for i in sorted(gpus):
+                    try:
+                        uuid = self._register(i, events, wanted)
+                    except nv.NVMLError as exc:
+                        failing.add(i)
+                        delay = backoff.failed()
+                        retry_at = clock() + delay
+                        log.warning(
+                            "NVML event registration failed; retrying",
+                            extra={"gpu": i, "error": explain(exc), "retry_in_s": round(delay, 2)},
+                        )
+                        self._unwatched([i], f"event registration: {explain(exc)}", emit, unwatched)
                         continue
-                    for i in range(len(self._handles)):
-                        emit(GpuEvent(gpu=i, kind=GpuEventKind.LOST, detail=explain(exc), source="nvml"))
-                    stop.wait(5)
-                    continue
+                    failing.discard(i)
+                    if uuid:
+                        by_uuid[uuid] = i
+                    if i in unwatched:
+                        pending.add(i)
+
+            register(range(len(self._handles)))
+            while not stop.is_set():
+                if failing and clock() >= retry_at:
+                    register(set(failing))
+                timeout_ms = 5000
+                if failing:
+                    timeout_ms = max(0, min(timeout_ms, int((retry_at - clock()) * 1000)))
+                if pending:
+                    timeout_ms = 0  # one immediate wait proves the set works
                 try:
-                    uuid = _text(nv.nvmlDeviceGetUUID(data.device))
+                    data = nv.nvmlEventSetWait_v2(events, timeout_ms)
                 except nv.NVMLError as exc:
-                    for i in range(len(self._handles)):
-                        emit(GpuEvent(gpu=i, kind=GpuEventKind.LOST, detail=explain(exc), source="nvml"))
-                    continue
-                gpu: int | str = by_uuid.get(uuid, uuid)
-                if data.eventType == nv.nvmlEventTypeXidCriticalError:
-                    emit(GpuEvent(gpu=gpu, kind=GpuEventKind.XID, xid=int(data.eventData), source="nvml"))
-                elif data.eventType == nv.nvmlEventTypeDoubleBitEccError:
-                    emit(GpuEvent(gpu=gpu, kind=GpuEventKind.ECC_DOUBLE_BIT, source="nvml"))
-                elif data.eventType == nv.nvmlEventTypeSingleBitEccError:
-                    emit(GpuEvent(gpu=gpu, kind=GpuEventKind.ECC_SINGLE_BIT, source="nvml"))
+                    if getattr(exc, "value", None) != 10:
+                        raise SourceError(f"NVML event wait failed: {explain(exc)}") from exc
+                    data = None
+                if pending:
+                    for i in sorted(pending):
+                        unwatched.discard(i)
+                        emit(GpuEvent(gpu=i, kind=GpuEventKind.WATCH_RESTORED, source="nvml"))
+                    log.info("NVML health watcher recovered", extra={"gpus": sorted(pending)})
+                    pending.clear()
+                if not failing:
+                    backoff.reset()
+                if data is not None:
+                    self._emit_event(data, by_uuid, emit)
         finally:
             with contextlib.suppress(nv.NVMLError):
                 nv.nvmlEventSetFree(events)
+
+    def _emit_event(self, data: Any, by_uuid: dict[str, int], emit: Callable[[GpuEvent], None]) -> None:
+        nv = self._nvml
+        if data.eventType == nv.nvmlEventTypeXidCriticalError:
+            kind, xid = GpuEventKind.XID, int(data.eventData)
+        elif data.eventType == nv.nvmlEventTypeDoubleBitEccError:
+            kind, xid = GpuEventKind.ECC_DOUBLE_BIT, None
+        elif data.eventType == nv.nvmlEventTypeSingleBitEccError:
+            kind, xid = GpuEventKind.ECC_SINGLE_BIT, None
+        else:
+            return
+        try:
+            uuid = _text(nv.nvmlDeviceGetUUID(data.device))
+        except nv.NVMLError as exc:
+            # As NVIDIA: an event whose GPU cannot be named counts for every GPU (the policy judges it).
+            detail = f"the GPU of this event could not be identified: {explain(exc)}"
+            for i in range(len(self._handles)):
+                emit(GpuEvent(gpu=i, kind=kind, xid=xid, detail=detail, source="nvml"))
+            return
+        emit(GpuEvent(gpu=by_uuid.get(uuid, uuid), kind=kind, xid=xid, source="nvml"))

@@ -16,7 +16,7 @@ from kubegpu.deviceplugin.config import (
     load_config,
 )
 from kubegpu.errors import ConfigError
-from kubegpu.health.policy import EccAction
+from kubegpu.health.policy import EccAction, WatcherFailureAction
 from kubegpu.health.xid import XidVerdict
 
 
@@ -220,3 +220,12 @@ def test_kubegpu_rename_gives_the_shared_resource_its_name(tmp_path: Path) -> No
     [resource] = sharing.resources
     assert (resource.name, resource.rename) == ("nvidia.com/gpu", "nvidia.com/gpu-ts")
     assert not any("rename" in w for w in load_config(path).warnings)
+
+
+def test_watcher_failure_policy_defaults_to_unhealthy_and_is_validated(tmp_path: Path) -> None:
+    assert load_config().health.watcher_failure is WatcherFailureAction.UNHEALTHY
+    keep = write(tmp_path, "version: v1\nkubegpu:\n  health:\n    watcherFailure: keep\n")
+    assert load_config(keep).health.watcher_failure is WatcherFailureAction.KEEP
+    bad = write(tmp_path, "version: v1\nkubegpu:\n  health:\n    watcherFailure: shrug\n", "bad.yaml")
+    with pytest.raises(ConfigError, match=r"kubegpu\.health\.watcherFailure: 'shrug'.*unhealthy, keep"):
+        load_config(bad)

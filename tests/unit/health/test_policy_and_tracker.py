@@ -8,7 +8,7 @@ import time
 import pytest
 
 from kubegpu.health.events import EventKind, HealthEvent
-from kubegpu.health.policy import EccAction, HealthPolicy, VerdictKind
+from kubegpu.health.policy import EccAction, HealthPolicy, VerdictKind, WatcherFailureAction
 from kubegpu.health.tracker import HealthTracker, UnknownGpuError
 from kubegpu.health.xid import XidPolicy
 
@@ -88,3 +88,27 @@ def test_waiters_wake_immediately_on_a_change() -> None:
     t.apply(HealthEvent(gpu=2, kind=EventKind.LOST))
     thread.join(5)
     assert woke and woke[0] < 1.0
+
+
+def test_a_failed_watcher_makes_its_gpus_unhealthy_by_default_or_keeps_them_by_policy() -> None:
+    failed = HealthEvent(gpu=0, kind=EventKind.WATCH_FAILED, detail="NVML: Unknown Error")
+    verdict = HealthPolicy().judge(failed)
+    assert verdict.kind is VerdictKind.UNHEALTHY and "health watcher failed" in verdict.reason
+    kept = HealthPolicy(watcher_failure=WatcherFailureAction.KEEP).judge(failed)
+    assert kept.kind is VerdictKind.IGNORE
+
+
+def test_the_watcher_recovering_undoes_only_what_its_failure_did() -> None:
+    t = tracker()
+    t.apply(HealthEvent(gpu=0, kind=EventKind.WATCH_FAILED))
+    t.apply(HealthEvent(gpu=1, kind=EventKind.XID, xid=79))
+    t.apply(HealthEvent(gpu=1, kind=EventKind.WATCH_FAILED))
+    assert not t.is_healthy(0) and not t.is_healthy(1)
+    assert t.apply(HealthEvent(gpu=0, kind=EventKind.WATCH_RESTORED)) is not None
+    assert t.apply(HealthEvent(gpu=1, kind=EventKind.WATCH_RESTORED)) is None
+    assert t.is_healthy(0) and not t.is_healthy(1) and "XID 79" in t.status(1).reason
+    # a real fault while unwatched is not cleared when the watcher comes back
+    t.apply(HealthEvent(gpu=0, kind=EventKind.WATCH_FAILED))
+    t.apply(HealthEvent(gpu=0, kind=EventKind.LOST, detail="fell off the bus"))
+    assert t.apply(HealthEvent(gpu=0, kind=EventKind.WATCH_RESTORED)) is None
+    assert not t.is_healthy(0) and "fell off the bus" in t.status(0).reason

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 from pathlib import Path
 from types import SimpleNamespace
@@ -145,3 +146,116 @@ def test_watch_health_turns_xid_events_into_gpu_events() -> None:
     seen: list[GpuEvent] = []
     source.watch_health(stop, seen.append)
     assert [(e.gpu, e.kind, e.xid) for e in seen] == [(1, GpuEventKind.XID, 79)]
+
+
+class ScriptedNvml(FakeNvml):
+    """``FakeNvml`` whose calls fail as scripted: ``fail[name]`` is a queue of exceptions (None = works)."""
+
+    def __init__(self, fail: dict[str, list[BaseException | None]]) -> None:
+        super().__init__()
+        self.fail = fail
+        self.watching = False  # read_node is done: UUID failures apply from now on
+
+    def _maybe_fail(self, name: str) -> None:
+        queue = self.fail.get(name)
+        if queue:
+            error = queue.pop(0)
+            if error is not None:
+                raise error
+
+    def nvmlEventSetCreate(self) -> str:
+        self._maybe_fail("nvmlEventSetCreate")
+        return "set"
+
+    def nvmlDeviceRegisterEvents(self, h: int, mask: int, s: str) -> None:
+        self._maybe_fail(f"nvmlDeviceRegisterEvents:{h}")
+
+    def nvmlDeviceGetUUID(self, h: int) -> bytes:
+        if self.watching:
+            self._maybe_fail(f"nvmlDeviceGetUUID:{h}")
+        return super().nvmlDeviceGetUUID(h)
+
+    def nvmlEventSetWait_v2(self, s: str, timeout_ms: int) -> SimpleNamespace:
+        self._maybe_fail("nvmlEventSetWait_v2")
+        return super().nvmlEventSetWait_v2(s, timeout_ms)
+
+
+class InstantStop(threading.Event):
+    """A stop event whose waits return at once and are recorded (the backoff delays asked for)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.waits: list[float] = []
+
+    def wait(self, timeout: float | None = None) -> bool:
+        self.waits.append(float(timeout or 0))
+        return self.is_set()
+
+
+def _watch(
+    fake: ScriptedNvml, *, clock_step_s: float = 0.0
+) -> tuple[list[tuple[int | str, str]], list[float]]:
+    source = NvmlSource.open(fake)
+    source.read_node("n1")
+    fake.watching = True
+    stop = InstantStop()
+    fake.stop = stop
+    seen: list[GpuEvent] = []
+    now = [0.0]
+
+    def clock() -> float:
+        now[0] += clock_step_s
+        return now[0]
+
+    source.watch_health(stop, seen.append, clock=clock)
+    return [(e.gpu, e.kind.value) for e in seen], stop.waits
+
+
+FAILED, RESTORED = GpuEventKind.WATCH_FAILED.value, GpuEventKind.WATCH_RESTORED.value
+
+
+def test_an_event_set_that_cannot_be_created_marks_every_gpu_and_is_retried_with_backoff(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    fake = ScriptedNvml({"nvmlEventSetCreate": [NVMLError(999), NVMLError(999), None]})
+    events, waits = _watch(fake)
+    assert events == [(0, FAILED), (1, FAILED), (0, RESTORED), (1, RESTORED)]
+    assert waits == [0.5, 1.0]
+    failures = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(failures) == 2
+    assert all(r.exc_info is None for r in failures)
+    assert "Unknown Error" in str(failures[0].__dict__["error"])
+
+
+def test_an_unexpected_exception_in_the_wait_restarts_the_watcher_instead_of_ending_it() -> None:
+    fake = ScriptedNvml({"nvmlEventSetWait_v2": [None, TypeError("ctypes went wrong")]})
+    fake.events = [SimpleNamespace(eventType=8, eventData=79, device=1)]
+    events, waits = _watch(fake)
+    assert events == [(1, "xid"), (0, FAILED), (1, FAILED), (0, RESTORED), (1, RESTORED)]
+    assert waits == [0.5]
+
+
+def test_a_failing_wait_marks_every_gpu_until_nvml_waits_again() -> None:
+    fake = ScriptedNvml({"nvmlEventSetWait_v2": [NVMLError(999), NVMLError(999), NVMLError(999)]})
+    events, waits = _watch(fake)
+    assert events == [(0, FAILED), (1, FAILED), (0, RESTORED), (1, RESTORED)]
+    assert waits == [0.5, 1.0, 2.0]
+
+
+def test_a_gpu_whose_uuid_or_registration_fails_is_marked_alone_and_retried() -> None:
+    fake = ScriptedNvml({"nvmlDeviceGetUUID:1": [NVMLError(15), None], "nvmlDeviceRegisterEvents:0": []})
+    fake.events = [SimpleNamespace(eventType=8, eventData=79, device=0)]
+    events, _ = _watch(fake, clock_step_s=1.0)
+    assert events == [(1, FAILED), (1, RESTORED), (0, "xid")]
+    fake = ScriptedNvml({"nvmlDeviceRegisterEvents:0": [NVMLError(999), NVMLError(999), None]})
+    fake.events = [SimpleNamespace(eventType=8, eventData=13, device=1)] * 3
+    events, _ = _watch(fake, clock_step_s=1.0)
+    assert events[0] == (0, FAILED) and (0, RESTORED) in events
+    assert events.count((1, "xid")) == 3
+
+
+def test_an_event_on_a_gpu_nvml_cannot_name_counts_for_every_gpu() -> None:
+    fake = ScriptedNvml({"nvmlDeviceGetUUID:1": [None, NVMLError(15)]})
+    fake.events = [SimpleNamespace(eventType=8, eventData=79, device=1)]
+    events, _ = _watch(fake)
+    assert events == [(0, "xid"), (1, "xid")]
