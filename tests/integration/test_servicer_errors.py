@@ -94,7 +94,7 @@ def test_an_unexpected_exception_is_internal_with_the_cause_logged_once(
     broken: PluginServer, caplog: pytest.LogCaptureFixture, rpc: str, request_message: object, cause: str
 ) -> None:
     assert broken.socket_path is not None
-    caplog.set_level(logging.INFO)
+    caplog.set_level(logging.DEBUG, logger="kubegpu")
     channel, stub = plugin_stub(broken.socket_path)
     with channel, pytest.raises(grpc.RpcError) as failed:
         getattr(stub, rpc)(request_message, timeout=5)
@@ -108,7 +108,7 @@ def test_an_unexpected_exception_is_internal_with_the_cause_logged_once(
     assert record.__dict__["error"] == cause
     assert record.__dict__["resource"] == "nvidia.com/gpu"
     assert record.exc_info is None  # the traceback goes to a separate debug line
-    debug = [r for r in caplog.records if r.levelno == logging.DEBUG and r.exc_info]
+    debug = [r for r in caplog.records if r.name.startswith("kubegpu") and r.exc_info]
     assert len(debug) == 1
 
 
