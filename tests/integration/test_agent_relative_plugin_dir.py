@@ -61,8 +61,10 @@ def test_agent_serves_and_registers_in_a_relative_device_plugin_dir(plugin_dir: 
         with _agent(plugin_dir, "--device-plugin-dir", "rel/plugins") as (proc, log):
             assert kubelet.wait_for(lambda: kubelet.allocatable(GPU) == 8, 30), log.read_text()
             assert proc.poll() is None
-            registered = [r for r in log_records(log.read_text()) if r.get("msg") == "registered"]
-            assert registered, log.read_text()
+            text = _wait_for_log(log, '"msg": "registered"')
+            registered = [r for r in log_records(text) if r.get("msg") == "registered"]
+            assert registered, text
+            assert registered[0]["endpoint"] == kubelet.calls_named("Register")[0].request.endpoint
             sockets = [p for p in (plugin_dir / "rel" / "plugins").iterdir() if p.name.startswith("kubegpu-")]
             assert sockets
     finally:
