@@ -186,9 +186,9 @@ def test_reload_in_an_unwritable_plugin_dir_keeps_serving_and_sigterm_exits_0(
         assert agent.terminate() == 0, agent.log
         assert time.monotonic() - started < 5
         assert "Traceback" not in agent.log
-        assert any(
-            r.get("msg") == "could not remove the socket" for r in log_records(agent.log)
-        ), agent.log  # it says which socket it had to leave behind
+        assert any(r.get("msg") == "could not remove the socket" for r in log_records(agent.log)), (
+            agent.log
+        )  # it says which socket it had to leave behind
 
 
 def test_sigterm_while_register_hangs_after_a_sighup_exits_0_within_5_seconds_and_starts_nothing(

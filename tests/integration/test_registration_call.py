@@ -1,4 +1,4 @@
-"""``register()`` against a kubelet double that hangs: a deadline, a prompt cancel, and messages that say which."""
+"""``register()`` against a kubelet double that hangs: a deadline, a prompt cancel, messages saying which."""
 
 from __future__ import annotations
 
