@@ -53,7 +53,7 @@ log = logging.getLogger(__name__)
 
 DEFAULT_DEVICE_PLUGIN_DIR = Path("/var/lib/kubelet/device-plugins")
 KUBELET_SOCKET_NAME = "kubelet.sock"
-STOP_BUDGET_S = 3.0  # SIGTERM to exit, whatever kubelet does (kubelet and docs/agent.md promise < 5 s)
+STOP_BUDGET_S = 3.0  # stop() to exit, whatever kubelet does (docs/agent.md promises < 5 s)
 
 
 @dataclass(frozen=True, kw_only=True)
