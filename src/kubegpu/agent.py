@@ -11,18 +11,25 @@
    sockets and re-registers, without restarting the process; a restart that fails is retried with
    backoff, one log line per failure;
 5. feeds health events (NVML, ``--fault-file``) into one ``HealthTracker`` that all servers read;
-6. ``reload()`` (SIGHUP) re-reads the configuration: an invalid one is logged and the running one kept;
-   ``stop()`` (SIGTERM) stops every server and removes its socket.
+6. ``reload()`` (SIGHUP) re-reads the configuration, all or nothing: an invalid one is logged and the
+   running one kept; servers whose resource changed are started first, then switched to, then the old
+   ones stopped; a server whose resource did not change keeps its socket and its streams. If a new
+   server cannot start, nothing changes;
+7. ``stop()`` (SIGTERM) wins over everything: no server starts once it is asked for, an in-flight
+   registration is abandoned, every server stops and its socket is removed, within a few seconds.
+
+The plugin directory is made absolute once, when the agent is built (gRPC's ``unix://`` needs it).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import signal
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
@@ -30,10 +37,10 @@ from typing import TYPE_CHECKING
 
 from kubegpu.backoff import Backoff, describe
 from kubegpu.deviceplugin.config import AgentConfig, load_config
-from kubegpu.deviceplugin.inventory import Inventory, build_inventory
+from kubegpu.deviceplugin.inventory import Inventory, Resource, build_inventory
 from kubegpu.deviceplugin.kubelet_socket import SocketIdentity, socket_identity
 from kubegpu.deviceplugin.plugin import ResourcePlugin
-from kubegpu.deviceplugin.server import PluginServer, RegistrationFailed, register
+from kubegpu.deviceplugin.server import REGISTER_TIMEOUT_S, PluginServer, RegistrationFailed, register
 from kubegpu.deviceplugin.sockets import make_dirs, too_long
 from kubegpu.echo import clip
 from kubegpu.errors import InputError, KubegpuError, SourceError
@@ -52,6 +59,7 @@ log = logging.getLogger(__name__)
 
 DEFAULT_DEVICE_PLUGIN_DIR = Path("/var/lib/kubelet/device-plugins")
 KUBELET_SOCKET_NAME = "kubelet.sock"
+STOP_BUDGET_S = 3.0  # stop() to exit, whatever kubelet does (docs/agent.md promises < 5 s)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -68,6 +76,7 @@ class AgentOptions:
     env: Mapping[str, str] = field(default_factory=dict)
     watch_interval_s: float = 0.1
     max_backoff_s: float = 5.0
+    register_timeout_s: float = REGISTER_TIMEOUT_S
 
     @property
     def kubelet_socket_path(self) -> Path | None:
@@ -92,7 +101,9 @@ class Agent:
     """One node's device plugin; thread-safe start/stop/reload."""
 
     def __init__(self, options: AgentOptions, *, clock: Callable[[], float] = time.monotonic) -> None:
-        self.options = options
+        # Resolved once, against the directory the agent was started in: every socket path it binds
+        # or dials (its own and kubelet's) is then absolute, as gRPC's unix:// needs.
+        self.options = dataclasses.replace(options, device_plugin_dir=options.device_plugin_dir.absolute())
         self._clock = clock
         self._lock = threading.RLock()
         self._stop = threading.Event()
@@ -125,20 +136,22 @@ class Agent:
 
         return load_node(self.options.node_spec)
 
+    @staticmethod
+    def _plugin(
+        resource: Resource, inventory: Inventory, config: AgentConfig, tracker: HealthTracker
+    ) -> ResourcePlugin:
+        return ResourcePlugin(
+            resource=resource, topology=inventory.node.topology, config=config, tracker=tracker
+        )
+
     def _plugins(self, inventory: Inventory, config: AgentConfig, tracker: HealthTracker) -> list[_Slot]:
         return [
             _Slot(
                 server=PluginServer(
-                    ResourcePlugin(
-                        resource=resource,
-                        topology=inventory.node.topology,
-                        config=config,
-                        tracker=tracker,
-                    ),
-                    self.options.device_plugin_dir,
+                    self._plugin(r, inventory, config, tracker), self.options.device_plugin_dir
                 )
             )
-            for resource in inventory.resources
+            for r in inventory.resources
         ]
 
     def start(self) -> None:
@@ -178,6 +191,8 @@ class Agent:
             self._slots = self._plugins(inventory, config, tracker)
             try:
                 for slot in self._slots:
+                    if self._stop.is_set():
+                        break  # SIGTERM during start: stop() follows and stops what did start
                     slot.server.start()
             except BaseException:
                 for slot in self._slots:
@@ -266,75 +281,148 @@ class Agent:
         backoff = Backoff(initial_s=self.options.watch_interval_s, max_s=self.options.max_backoff_s)
         delay = self.options.watch_interval_s
         while not self._stop.wait(delay):
-            with self._lock:
-                if self._stop.is_set():
-                    return
-                try:
-                    self._tick(kubelet)
-                except Exception as exc:
-                    delay = max(backoff.failed(), self.options.watch_interval_s)
-                    log.error(
-                        "registration loop failed; retrying",
-                        extra={"error": describe(exc), "retry_in_s": round(delay, 2)},
-                    )
-                    log.debug("registration loop failure", exc_info=True)
-                    continue
-                backoff.reset()
-                delay = self.options.watch_interval_s
+            try:
+                self._tick(kubelet)
+            except Exception as exc:
+                delay = max(backoff.failed(), self.options.watch_interval_s)
+                log.error(
+                    "registration loop failed; retrying",
+                    extra={"error": describe(exc), "retry_in_s": round(delay, 2)},
+                )
+                log.debug("registration loop failure", exc_info=True)
+                continue
+            backoff.reset()
+            delay = self.options.watch_interval_s
 
     def _tick(self, kubelet: Path | None) -> None:
-        identity = socket_identity(kubelet)
-        now = self._clock()
-        for slot in self._slots:
-            why = None
-            if not slot.server.socket_alive():
-                why = "plugin socket removed (kubelet restart?)"
-            elif (
-                slot.registered_with is not None and identity is not None and identity != slot.registered_with
-            ):
-                why = "kubelet.sock recreated (kubelet restart)"
-            if why is not None and (now < slot.restart_at or not self._restart_or_back_off(slot, why, now)):
-                continue
-            if kubelet is None or slot.registered_with is not None or now < slot.next_attempt:
-                continue
-            if identity is None:
-                continue  # kubelet absent: register as soon as its socket appears
+        with self._lock:
+            if self._stop.is_set():
+                return
+            identity = socket_identity(kubelet)
+            now = self._clock()
+            due: list[_Slot] = []
+            for slot in self._slots:
+                why = None
+                if not slot.server.socket_alive():
+                    why = "plugin socket removed (kubelet restart?)"
+                elif (
+                    slot.registered_with is not None
+                    and identity is not None
+                    and identity != slot.registered_with
+                ):
+                    why = "kubelet.sock recreated (kubelet restart)"
+                if why is not None and (
+                    now < slot.restart_at or not self._restart_or_back_off(slot, why, now)
+                ):
+                    continue
+                if kubelet is None or slot.registered_with is not None or now < slot.next_attempt:
+                    continue
+                if identity is None:
+                    continue  # kubelet absent: register as soon as its socket appears
+                due.append(slot)
+        # Register outside the lock: a kubelet that hangs must delay neither reload() nor stop().
+        for slot in due:
+            if kubelet is None or self._stop.is_set():
+                return
             try:
-                register(kubelet, slot.server)
+                register(kubelet, slot.server, timeout_s=self.options.register_timeout_s, cancel=self._stop)
             except RegistrationFailed as exc:
-                slot.failures += 1
-                slot.next_attempt = now + slot.backoff_s
+                if self._stop.is_set():
+                    return
+                with self._lock:
+                    slot.failures += 1
+                    slot.next_attempt = now + slot.backoff_s
+                    retry_in_s = slot.backoff_s
+                    slot.backoff_s = min(slot.backoff_s * 2, self.options.max_backoff_s)
                 log.warning(
                     "registration failed; retrying",
-                    extra={"error": str(exc), "retry_in_s": round(slot.backoff_s, 2)},
+                    extra={"error": str(exc), "retry_in_s": round(retry_in_s, 2)},
                 )
-                slot.backoff_s = min(slot.backoff_s * 2, self.options.max_backoff_s)
                 continue
-            slot.registered_with = identity
-            slot.failures = 0
-            slot.backoff_s = 0.1
+            with self._lock:
+                slot.registered_with = identity
+                slot.failures = 0
+                slot.backoff_s = 0.1
 
     # -- reload and stop --------------------------------------------------------------------------
 
     def reload(self) -> bool:
-        """Re-read the configuration; keep the running one (and say why) if the new one is invalid."""
+        """Re-read the configuration and apply it all or nothing; ``False`` (and why, logged) if not.
+
+        Servers whose resource (name, devices, options kubelet reads at registration) is unchanged
+        keep serving on the same socket with their streams open; they answer with the new config from
+        the next call. The others are started on fresh sockets *first*; only when all of them serve
+        does the agent switch to them and stop the servers they replace.
+        """
         assert self.node is not None and self.tracker is not None
+        if self._stop.is_set():
+            return False
         try:
             config = self._load_config()
             inventory = build_inventory(self.node, config)
         except KubegpuError as exc:
             log.error("config reload rejected; keeping the running config", extra={"error": str(exc)})
             return False
+        tracker = self.tracker
         with self._lock:
-            for slot in self._slots:
-                slot.server.stop()
-            self.tracker.set_policy(config.health)
-            self.config, self.inventory = config, inventory
-            self._slots = self._plugins(inventory, config, self.tracker)
-            for slot in self._slots:
+            running = {s.server.plugin.resource.name: s for s in self._slots}
+        plugins = [self._plugin(r, inventory, config, tracker) for r in inventory.resources]
+        kept: dict[str, _Slot] = {}
+        fresh: dict[str, _Slot] = {}
+        for plugin in plugins:
+            old = running.get(plugin.resource.name)
+            if (
+                old is not None
+                and old.server.serving
+                and old.server.plugin.resource == plugin.resource
+                and old.server.plugin.pre_start_required == plugin.pre_start_required
+            ):
+                kept[plugin.resource.name] = old
+            else:
+                fresh[plugin.resource.name] = _Slot(
+                    server=PluginServer(plugin, self.options.device_plugin_dir)
+                )
+        try:
+            for slot in fresh.values():
+                if self._stop.is_set():
+                    break
                 slot.server.start()
-        log.info("config reloaded", extra={"resources": [str(r.name) for r in inventory.resources]})
+        except Exception as exc:
+            self._discard(fresh.values())
+            log.error(
+                "config reload failed; keeping the running config and servers",
+                extra={"error": str(exc), "resource": str(slot.server.plugin.resource.name)},
+            )
+            return False
+        with self._lock:
+            if self._stop.is_set():  # SIGTERM won: start nothing, change nothing
+                self._discard(fresh.values())
+                return False
+            tracker.set_policy(config.health)
+            self.config, self.inventory = config, inventory
+            for plugin in plugins:
+                if plugin.resource.name in kept:
+                    kept[plugin.resource.name].server.plugin = plugin
+            kept_ids = {id(s) for s in kept.values()}
+            replaced = [s for s in self._slots if id(s) not in kept_ids]
+            self._slots = [kept.get(p.resource.name) or fresh[p.resource.name] for p in plugins]
+        for slot in replaced:
+            slot.server.stop()
+        log.info(
+            "config reloaded",
+            extra={
+                "resources": [str(r.name) for r in inventory.resources],
+                "restarted": sorted(str(n) for n in fresh),
+                "kept": sorted(str(n) for n in kept),
+            },
+        )
         return True
+
+    @staticmethod
+    def _discard(slots: Iterable[_Slot]) -> None:
+        for slot in slots:
+            if slot.server.serving:
+                slot.server.stop(grace_s=0)
 
     @property
     def sockets(self) -> dict[str, Path]:
@@ -351,20 +439,31 @@ class Agent:
             return {str(s.server.plugin.resource.name): s.registered_with is not None for s in self._slots}
 
     def stop(self) -> None:
-        """Stop serving and remove every socket."""
+        """Stop serving and remove every socket, within ``STOP_BUDGET_S`` whatever kubelet does.
+
+        Setting the stop event first means no server starts from now on (start, reload and the
+        supervisor check it before each start) and an in-flight Register is abandoned.
+        """
         self._stop.set()
+        deadline = time.monotonic() + STOP_BUDGET_S
         if self.tracker is not None:
             self.tracker.wake()
         if self._fault_follower is not None:
             self._fault_follower.stop()
         self._nvml_stop.set()
-        # No lock: a registration in flight must not delay SIGTERM. All servers stop in parallel.
-        slots = list(self._slots)
+        # The lock is only held for short steps (never across a kubelet call); don't wait long anyway.
+        locked = self._lock.acquire(timeout=1.0)
+        try:
+            slots = list(self._slots)
+        finally:
+            if locked:
+                self._lock.release()
+        # All servers stop in parallel.
         pending = [slot.server.begin_stop(grace_s=0.2) for slot in slots]
         for slot, stopped in zip(slots, pending, strict=True):
             slot.server.finish_stop(stopped, grace_s=0.2)
         if self._supervisor is not None and self._supervisor is not threading.current_thread():
-            self._supervisor.join(timeout=2)
+            self._supervisor.join(timeout=max(0.1, deadline - time.monotonic()))
         for slot in list(self._slots):  # a restart that raced with stop() is stopped too
             if slot.server.serving:
                 slot.server.stop(grace_s=0)
@@ -380,6 +479,7 @@ class Agent:
         def on_term(signum: int, frame: FrameType | None) -> None:
             del frame
             log.info("signal received", extra={"signal": signal.Signals(signum).name})
+            self._stop.set()  # at once: a reload or restart in progress starts nothing more
             done.set()
 
         def on_hup(signum: int, frame: FrameType | None) -> None:
@@ -392,7 +492,7 @@ class Agent:
         self.start()
         try:
             while not done.wait(0.1):
-                if reload_wanted.is_set():
+                if reload_wanted.is_set() and not self._stop.is_set():
                     reload_wanted.clear()
                     self.reload()
         finally:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import grpc
@@ -40,3 +41,20 @@ def time_sliced(replicas: int, resource: str = "nvidia.com/gpu") -> str:
         "version: v1\nsharing:\n  timeSlicing:\n    resources:\n"
         f"    - name: {resource}\n      replicas: {replicas}\n"
     )
+
+
+def log_records(text: str) -> list[dict[str, object]]:
+    """The agent's JSON log lines as dicts (lines that are not JSON objects are skipped)."""
+    records: list[dict[str, object]] = []
+    for line in text.splitlines():
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(record, dict):
+            records.append(record)
+    return records
+
+
+def messages(text: str) -> list[str]:
+    return [str(r.get("msg")) for r in log_records(text)]

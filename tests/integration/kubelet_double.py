@@ -131,6 +131,9 @@ class KubeletDouble:
         self.dir = plugin_dir
         self.grace_s = grace_s
         self.refuse_registrations = refuse_registrations  # fault injection: refuse the first N
+        # fault injection: clear it and every Register hangs (before any check) until it is set again
+        self.register_gate = threading.Event()
+        self.register_gate.set()
         self._clock = clock
         self._lock = threading.RLock()  # kubelet's device-manager mutex
         self._server: grpc.Server | None = None
@@ -170,6 +173,7 @@ class KubeletDouble:
 
     def stop(self) -> None:
         """kubelet goes away: streams break, its socket disappears."""
+        self.register_gate.set()  # hanging Register handlers finish (their callers are gone anyway)
         with self._lock:
             endpoints = list(self.endpoints.values())
         for ep in endpoints:
@@ -194,6 +198,7 @@ class KubeletDouble:
 
     def _register(self, request: pb.RegisterRequest, context: grpc.ServicerContext) -> pb.Empty:
         self._record("Register", request.resource_name, request)
+        self.register_gate.wait(60)
         with self._lock:
             refuse = self.refuse_registrations > 0
             self.refuse_registrations -= int(refuse)

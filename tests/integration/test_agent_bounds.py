@@ -78,7 +78,7 @@ def test_a_16kb_unknown_id_is_invalid_argument_with_a_short_message_and_log_line
             preferred(stub, [UUIDS[0], HUGE_ID], 1)
         assert preferred_refused.value.code() is grpc.StatusCode.INVALID_ARGUMENT
         assert len(preferred_refused.value.details()) < 400
-    assert _wait(lambda: "allocate refused" in agent.log), agent.log
+    assert _wait(lambda: '"msg": "request refused", "rpc": "Allocate"' in agent.log), agent.log
     assert max(len(line) for line in agent.log.splitlines()) < 2000
 
 
