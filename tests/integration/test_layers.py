@@ -27,6 +27,8 @@ CASES = [
     ("accounts.py", "import kubegpu.plan.comm", {"R1", "R3"}),
     ("allocate/simple.py", "import subprocess, socket", {"R2"}),
     ("errors.py", "import logging", {"R2"}),
+    ("echo.py", "import kubegpu.sources.spec", {"R1", "R3"}),
+    ("backoff.py", "import threading", {"R2"}),
     ("model/topology.py", "from pathlib import Path", {"R2"}),
     ("sources/spec.py", "import kubegpu.deviceplugin.config", {"R3"}),
     ("sim/run.py", "import kubegpu.plan.comm", {"R3"}),
