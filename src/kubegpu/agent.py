@@ -44,10 +44,9 @@ from kubegpu.deviceplugin.server import REGISTER_TIMEOUT_S, PluginServer, Regist
 from kubegpu.deviceplugin.sockets import make_dirs, too_long
 from kubegpu.echo import clip
 from kubegpu.errors import InputError, KubegpuError, SourceError
-from kubegpu.health.events import EventKind, HealthEvent
 from kubegpu.health.tracker import HealthTracker, UnknownGpuError
+from kubegpu.model.event import GpuEvent
 from kubegpu.model.node import Node
-from kubegpu.sources.events import GpuEvent
 from kubegpu.sources.faults import FaultFileFollower
 
 if TYPE_CHECKING:
@@ -223,13 +222,8 @@ class Agent:
         tracker = self.tracker
         if tracker is None:
             return
-        event = HealthEvent(
-            gpu=observed.gpu,
-            kind=EventKind(observed.kind.value),
-            xid=observed.xid,
-            detail=clip(observed.detail),  # file text: it reaches log lines and gRPC errors
-            source=observed.source,
-        )
+        # file text: it reaches log lines and gRPC errors
+        event = dataclasses.replace(observed, detail=clip(observed.detail))
         try:
             tracker.apply(event)
         except UnknownGpuError as exc:

@@ -12,9 +12,9 @@ from hypothesis import strategies as st
 from kubegpu.deviceplugin.config import AgentConfig
 from kubegpu.deviceplugin.inventory import build_inventory
 from kubegpu.deviceplugin.plugin import DeviceRequestError, Problem, ResourcePlugin
-from kubegpu.health.events import EventKind, HealthEvent
 from kubegpu.health.policy import HealthPolicy
 from kubegpu.health.tracker import HealthTracker
+from kubegpu.model.event import GpuEvent, GpuEventKind
 from kubegpu.sources.spec import load_node
 from tests.unit.deviceplugin.test_inventory import _shared
 
@@ -77,7 +77,7 @@ def test_preferred_only_returns_offered_ids_and_keeps_must_include(available, si
 
 def test_preferred_skips_gpus_it_knows_are_unhealthy_unless_required() -> None:
     plugin, tracker = make()
-    tracker.apply(HealthEvent(gpu=5, kind=EventKind.XID, xid=79))
+    tracker.apply(GpuEvent(gpu=5, kind=GpuEventKind.XID, xid=79))
     assert UUIDS[5] not in plugin.preferred(UUIDS[4:], [], 3)
     assert UUIDS[5] in plugin.preferred(UUIDS[4:], [UUIDS[5]], 3)
 
@@ -140,7 +140,7 @@ def test_a_16kb_unknown_id_is_echoed_short() -> None:
 
 def test_allocate_rejects_a_replica_of_a_failed_gpu() -> None:
     plugin, tracker = make(config=_shared(3))
-    tracker.apply(HealthEvent(gpu=2, kind=EventKind.ECC_DOUBLE_BIT))
+    tracker.apply(GpuEvent(gpu=2, kind=GpuEventKind.ECC_DOUBLE_BIT))
     with pytest.raises(DeviceRequestError, match="double-bit") as err:
         plugin.allocate([f"{UUIDS[2]}::1"])
     assert err.value.problem is Problem.UNHEALTHY
@@ -175,10 +175,10 @@ def test_watch_sends_a_new_snapshot_when_a_gpu_fails_and_every_replica_follows()
     stream = plugin.watch(lambda: True, stop, poll_s=0.05)
     first = next(stream)
     assert all(s.healthy for s in first)
-    tracker.apply(HealthEvent(gpu=UUIDS[6], kind=EventKind.LOST))
+    tracker.apply(GpuEvent(gpu=UUIDS[6], kind=GpuEventKind.LOST))
     second = next(stream)
     assert {s.id for s in second if not s.healthy} == {f"{UUIDS[6]}::{i}" for i in range(4)}
-    tracker.apply(HealthEvent(gpu=6, kind=EventKind.HEALTHY))
+    tracker.apply(GpuEvent(gpu=6, kind=GpuEventKind.HEALTHY))
     assert all(s.healthy for s in next(stream))
     stop.set()
     plugin.wake()
