@@ -40,11 +40,11 @@ from kubegpu.deviceplugin.config import AgentConfig, load_config
 from kubegpu.deviceplugin.inventory import Inventory, Resource, build_inventory
 from kubegpu.deviceplugin.kubelet_socket import SocketIdentity, socket_identity
 from kubegpu.deviceplugin.plugin import ResourcePlugin
-from kubegpu.deviceplugin.server import REGISTER_TIMEOUT_S, PluginServer, RegistrationFailed, register
+from kubegpu.deviceplugin.server import REGISTER_TIMEOUT_S, PluginServer, register
 from kubegpu.deviceplugin.sockets import make_dirs, too_long
 from kubegpu.echo import clip
-from kubegpu.errors import InputError, KubegpuError, SourceError
-from kubegpu.health.tracker import HealthTracker, UnknownGpuError
+from kubegpu.errors import InputError, KubegpuError, RegistrationFailed, SourceError, UnknownGpuError
+from kubegpu.health.tracker import HealthTracker
 from kubegpu.model.event import GpuEvent
 from kubegpu.model.node import Node
 from kubegpu.sources.faults import FaultFileFollower

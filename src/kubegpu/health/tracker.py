@@ -16,19 +16,16 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from kubegpu.echo import shorten
+from kubegpu.errors import UnknownGpuError
 from kubegpu.health.policy import HealthPolicy, VerdictKind
 from kubegpu.model.event import GpuEvent, GpuEventKind, GpuRef
 
-__all__ = ["GpuStatus", "HealthTracker", "Transition", "UnknownGpuError"]
+__all__ = ["GpuStatus", "HealthTracker", "Transition"]
 
 log = logging.getLogger(__name__)
 
 
 _WATCH = (GpuEventKind.WATCH_FAILED, GpuEventKind.WATCH_RESTORED)
-
-
-class UnknownGpuError(LookupError):
-    """An event names a GPU this node does not have."""
 
 
 @dataclass(frozen=True, kw_only=True)

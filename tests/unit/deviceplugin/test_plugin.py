@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 
 from kubegpu.deviceplugin.config import AgentConfig
 from kubegpu.deviceplugin.inventory import build_inventory
-from kubegpu.deviceplugin.plugin import DeviceRequestError, Problem, ResourcePlugin
+from kubegpu.deviceplugin.plugin import ResourcePlugin
+from kubegpu.errors import DeviceRequestError, DeviceRequestProblem
 from kubegpu.health.policy import HealthPolicy
 from kubegpu.health.tracker import HealthTracker
 from kubegpu.model.event import GpuEvent, GpuEventKind
@@ -94,11 +95,11 @@ def test_allocate_rejects_unknown_ids_before_anything_else() -> None:
     plugin, _ = make()
     with pytest.raises(DeviceRequestError) as err:
         plugin.allocate([UUIDS[0], "GPU-elsewhere"])
-    assert err.value.problem is Problem.UNKNOWN_DEVICE
+    assert err.value.problem is DeviceRequestProblem.UNKNOWN_DEVICE
     assert "GPU-elsewhere" in str(err.value)
     with pytest.raises(DeviceRequestError) as empty:
         plugin.allocate([])
-    assert empty.value.problem is Problem.EMPTY
+    assert empty.value.problem is DeviceRequestProblem.EMPTY
 
 
 @pytest.mark.parametrize(
@@ -113,21 +114,21 @@ def test_preferred_refuses_ids_the_plugin_never_advertised(available: list[str],
     plugin, _ = make()
     with pytest.raises(DeviceRequestError, match="GPU-stranger") as err:
         plugin.preferred(available, must, 1)
-    assert err.value.problem is Problem.UNKNOWN_DEVICE
+    assert err.value.problem is DeviceRequestProblem.UNKNOWN_DEVICE
 
 
 def test_allocate_refuses_an_id_named_twice_and_a_request_without_containers() -> None:
     plugin, _ = make()
     with pytest.raises(DeviceRequestError, match="named twice") as twice:
         plugin.allocate([UUIDS[1], UUIDS[2], UUIDS[1]])
-    assert twice.value.problem is Problem.DUPLICATE_DEVICE
+    assert twice.value.problem is DeviceRequestProblem.DUPLICATE_DEVICE
     assert UUIDS[1] in str(twice.value)
     with pytest.raises(DeviceRequestError) as none:
         plugin.allocate_containers([])
-    assert none.value.problem is Problem.EMPTY
+    assert none.value.problem is DeviceRequestProblem.EMPTY
     with pytest.raises(DeviceRequestError) as second_bad:  # nothing is built if any container is bad
         plugin.allocate_containers([[UUIDS[0]], ["GPU-elsewhere"]])
-    assert second_bad.value.problem is Problem.UNKNOWN_DEVICE
+    assert second_bad.value.problem is DeviceRequestProblem.UNKNOWN_DEVICE
     assert [a.envs["NVIDIA_VISIBLE_DEVICES"] for a in plugin.allocate_containers([[UUIDS[0]]])] == [UUIDS[0]]
 
 
@@ -143,7 +144,7 @@ def test_allocate_rejects_a_replica_of_a_failed_gpu() -> None:
     tracker.apply(GpuEvent(gpu=2, kind=GpuEventKind.ECC_DOUBLE_BIT))
     with pytest.raises(DeviceRequestError, match="double-bit") as err:
         plugin.allocate([f"{UUIDS[2]}::1"])
-    assert err.value.problem is Problem.UNHEALTHY
+    assert err.value.problem is DeviceRequestProblem.UNHEALTHY
     assert plugin.allocate([f"{UUIDS[3]}::1"]).envs["NVIDIA_VISIBLE_DEVICES"] == UUIDS[3]
 
 

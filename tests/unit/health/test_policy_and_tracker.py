@@ -7,8 +7,9 @@ import time
 
 import pytest
 
+from kubegpu.errors import UnknownGpuError
 from kubegpu.health.policy import EccAction, HealthPolicy, VerdictKind, WatcherFailureAction
-from kubegpu.health.tracker import HealthTracker, UnknownGpuError
+from kubegpu.health.tracker import HealthTracker
 from kubegpu.health.xid import XidPolicy
 from kubegpu.model.event import GpuEvent, GpuEventKind
 
