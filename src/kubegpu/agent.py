@@ -91,7 +91,6 @@ class _Slot:
     registered_with: SocketIdentity | None = None  # the kubelet.sock this server registered with
     next_attempt: float = 0.0
     backoff_s: float = 0.1
-    failures: int = 0
     restart_at: float = 0.0  # a failed restart is retried from then
     restart_backoff: Backoff | None = None
 
@@ -324,7 +323,6 @@ class Agent:
                 if self._stop.is_set():
                     return
                 with self._lock:
-                    slot.failures += 1
                     slot.next_attempt = now + slot.backoff_s
                     retry_in_s = slot.backoff_s
                     slot.backoff_s = min(slot.backoff_s * 2, self.options.max_backoff_s)
@@ -335,7 +333,6 @@ class Agent:
                 continue
             with self._lock:
                 slot.registered_with = identity
-                slot.failures = 0
                 slot.backoff_s = 0.1
 
     # -- reload and stop --------------------------------------------------------------------------
@@ -417,20 +414,6 @@ class Agent:
         for slot in slots:
             if slot.server.serving:
                 slot.server.stop(grace_s=0)
-
-    @property
-    def sockets(self) -> dict[str, Path]:
-        """Resource name -> the socket it is served on now."""
-        with self._lock:
-            return {
-                str(s.server.plugin.resource.name): s.server.socket_path
-                for s in self._slots
-                if s.server.socket_path is not None
-            }
-
-    def registered(self) -> dict[str, bool]:
-        with self._lock:
-            return {str(s.server.plugin.resource.name): s.registered_with is not None for s in self._slots}
 
     def stop(self) -> None:
         """Stop serving and remove every socket, within ``STOP_BUDGET_S`` whatever kubelet does.

@@ -188,10 +188,6 @@ class NodeContext:
     facts: HostFacts
     xid_policy: XidPolicy = field(default_factory=XidPolicy)
 
-    @classmethod
-    def for_root(cls, root: Path | str = "/", *, command_timeout_s: float = 5.0) -> NodeContext:
-        return cls(facts=HostFacts(HostProbe(root, command_timeout_s=command_timeout_s)))
-
 
 def check_gpu_present(ctx: NodeContext) -> Outcome:
     gpus = ctx.facts.pci_gpus
