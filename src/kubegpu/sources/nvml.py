@@ -56,7 +56,7 @@ class NvmlFailure:
     ``fix`` is plain-words advice first, then the commands, one a line.
     """
 
-    code: int  # nvmlReturn_t; stable across NVML versions (nvidia-smi exits with it too)
+    code: int  # nvmlReturn_t, stable across NVML versions
     messages: tuple[str, ...] = ()
     meaning: str
     fix: tuple[str, ...] = ()
