@@ -40,14 +40,13 @@ from kubegpu.deviceplugin.config import AgentConfig, load_config
 from kubegpu.deviceplugin.inventory import Inventory, Resource, build_inventory
 from kubegpu.deviceplugin.kubelet_socket import SocketIdentity, socket_identity
 from kubegpu.deviceplugin.plugin import ResourcePlugin
-from kubegpu.deviceplugin.server import REGISTER_TIMEOUT_S, PluginServer, RegistrationFailed, register
+from kubegpu.deviceplugin.server import REGISTER_TIMEOUT_S, PluginServer, register
 from kubegpu.deviceplugin.sockets import make_dirs, too_long
 from kubegpu.echo import clip
-from kubegpu.errors import InputError, KubegpuError, SourceError
-from kubegpu.health.events import EventKind, HealthEvent
-from kubegpu.health.tracker import HealthTracker, UnknownGpuError
+from kubegpu.errors import InputError, KubegpuError, RegistrationFailed, SourceError, UnknownGpuError
+from kubegpu.health.tracker import HealthTracker
+from kubegpu.model.event import GpuEvent
 from kubegpu.model.node import Node
-from kubegpu.sources.events import GpuEvent
 from kubegpu.sources.faults import FaultFileFollower
 
 if TYPE_CHECKING:
@@ -92,7 +91,6 @@ class _Slot:
     registered_with: SocketIdentity | None = None  # the kubelet.sock this server registered with
     next_attempt: float = 0.0
     backoff_s: float = 0.1
-    failures: int = 0
     restart_at: float = 0.0  # a failed restart is retried from then
     restart_backoff: Backoff | None = None
 
@@ -223,13 +221,8 @@ class Agent:
         tracker = self.tracker
         if tracker is None:
             return
-        event = HealthEvent(
-            gpu=observed.gpu,
-            kind=EventKind(observed.kind.value),
-            xid=observed.xid,
-            detail=clip(observed.detail),  # file text: it reaches log lines and gRPC errors
-            source=observed.source,
-        )
+        # file text: it reaches log lines and gRPC errors
+        event = dataclasses.replace(observed, detail=clip(observed.detail))
         try:
             tracker.apply(event)
         except UnknownGpuError as exc:
@@ -330,7 +323,6 @@ class Agent:
                 if self._stop.is_set():
                     return
                 with self._lock:
-                    slot.failures += 1
                     slot.next_attempt = now + slot.backoff_s
                     retry_in_s = slot.backoff_s
                     slot.backoff_s = min(slot.backoff_s * 2, self.options.max_backoff_s)
@@ -341,7 +333,6 @@ class Agent:
                 continue
             with self._lock:
                 slot.registered_with = identity
-                slot.failures = 0
                 slot.backoff_s = 0.1
 
     # -- reload and stop --------------------------------------------------------------------------
@@ -423,20 +414,6 @@ class Agent:
         for slot in slots:
             if slot.server.serving:
                 slot.server.stop(grace_s=0)
-
-    @property
-    def sockets(self) -> dict[str, Path]:
-        """Resource name -> the socket it is served on now."""
-        with self._lock:
-            return {
-                str(s.server.plugin.resource.name): s.server.socket_path
-                for s in self._slots
-                if s.server.socket_path is not None
-            }
-
-    def registered(self) -> dict[str, bool]:
-        with self._lock:
-            return {str(s.server.plugin.resource.name): s.registered_with is not None for s in self._slots}
 
     def stop(self) -> None:
         """Stop serving and remove every socket, within ``STOP_BUDGET_S`` whatever kubelet does.

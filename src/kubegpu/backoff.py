@@ -34,11 +34,6 @@ class Backoff:
         self._next_s = min(self._next_s * self.factor, self.max_s)
         return delay
 
-    @property
-    def next_s(self) -> float:
-        """The delay the next failure will get."""
-        return self._next_s
-
     def reset(self) -> None:
         """A try succeeded: the next failure waits ``initial_s`` again."""
         self.failures = 0

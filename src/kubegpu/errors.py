@@ -13,26 +13,39 @@ single line on stderr and the exit code the class carries; anything else reachin
     │   ├── ConfigError                   an agent/plugin config file or value is wrong
     │   └── TraceError                    a cluster trace CSV is wrong
     ├── AllocationError           exit 1  a device request cannot be satisfied
+    ├── DeviceRequestError        exit 1  kubelet asked the device plugin for something it refuses
+    │                                     (``problem``: a ``DeviceRequestProblem``)
     ├── MigLayoutError            exit 1  a MIG layout breaks the placement rules
+    ├── RegistrationFailed        exit 1  kubelet is unreachable, silent, or refused a registration
     ├── SourceError               exit 1  a GPU source (NVML, the host) cannot be read
+    ├── UnknownGpuError           exit 1  a health event names a GPU this node does not have
     └── ProbeFailed               exit 1  a doctor probe cannot read what a check needs
         └── ClusterUnreachable            the API server cannot be reached, or the credentials fail
+
+``DeviceRequestProblem`` (an enum, not an exception) says why a device request was refused; the
+device plugin's gRPC servicer maps each problem to its status code.
 """
 
 from __future__ import annotations
+
+from enum import Enum
 
 __all__ = [
     "AllocationError",
     "ClusterUnreachable",
     "ConfigError",
+    "DeviceRequestError",
+    "DeviceRequestProblem",
     "InputError",
     "KubegpuError",
     "MigLayoutError",
     "ProbeFailed",
+    "RegistrationFailed",
     "SourceError",
     "SpecError",
     "TopologyParseError",
     "TraceError",
+    "UnknownGpuError",
 ]
 
 
@@ -68,12 +81,41 @@ class AllocationError(KubegpuError):
     """A device request cannot be satisfied (not enough devices, unknown must-include devices...)."""
 
 
+class DeviceRequestProblem(Enum):
+    """Why the device plugin refused a request from kubelet."""
+
+    EMPTY = "empty"  # the request names no devices, or has no container requests
+    UNKNOWN_DEVICE = "unknown-device"  # a device ID this resource does not advertise
+    DUPLICATE_DEVICE = "duplicate-device"  # one device ID named twice
+    UNHEALTHY = "unhealthy"  # a device that is Unhealthy now
+    TOO_MANY_SHARED = "too-many-shared"  # more than one replica of a shared resource
+
+
+class DeviceRequestError(KubegpuError):
+    """A request kubelet sent cannot be honoured; ``str()`` is the message kubelet shows the user.
+
+    ``problem`` says why; the gRPC servicer turns it into the status code kubelet receives.
+    """
+
+    def __init__(self, problem: DeviceRequestProblem, message: str) -> None:
+        super().__init__(message)
+        self.problem = problem
+
+
 class MigLayoutError(KubegpuError):
     """A MIG layout breaks the placement rules; the message says which profile and why."""
 
 
+class RegistrationFailed(KubegpuError):
+    """kubelet was not reachable, did not answer, or refused the registration; the message says which."""
+
+
 class SourceError(KubegpuError):
     """A source of GPUs (NVML, the host) failed in a way the user must act on."""
+
+
+class UnknownGpuError(KubegpuError):
+    """A health event (NVML, a fault file) names a GPU index or UUID this node does not have."""
 
 
 class ProbeFailed(KubegpuError):

@@ -12,7 +12,8 @@ import pytest
 from kubegpu.deviceplugin.config import AgentConfig
 from kubegpu.deviceplugin.inventory import build_inventory
 from kubegpu.deviceplugin.plugin import ResourcePlugin
-from kubegpu.deviceplugin.server import PluginServer, RegistrationFailed, register
+from kubegpu.deviceplugin.server import PluginServer, register
+from kubegpu.errors import RegistrationFailed
 from kubegpu.health.tracker import HealthTracker
 from kubegpu.sources.spec import load_node
 from tests.integration.kubelet_double import KubeletDouble

@@ -15,37 +15,19 @@ import threading
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from enum import Enum
 
 from kubegpu.deviceplugin.config import AgentConfig
 from kubegpu.deviceplugin.inventory import Device, Resource, ResourceKind
 from kubegpu.deviceplugin.policies import ALLOCATION_POLICIES, REPLICA_POLICIES
 from kubegpu.deviceplugin.response import ContainerAllocation, build_allocation
 from kubegpu.echo import shorten
+from kubegpu.errors import DeviceRequestError, DeviceRequestProblem
 from kubegpu.health.tracker import HealthTracker
 from kubegpu.model.topology import Topology
 
-__all__ = ["DeviceRequestError", "DeviceStatus", "Problem", "ResourcePlugin"]
+__all__ = ["DeviceStatus", "ResourcePlugin"]
 
 SHARED_REQUEST_LIMIT_MESSAGE = "maximum request size for shared resources is 1"
-
-
-class Problem(Enum):
-    """Why a request was refused; the servicer maps each to a gRPC status code."""
-
-    EMPTY = "empty"
-    UNKNOWN_DEVICE = "unknown-device"
-    DUPLICATE_DEVICE = "duplicate-device"
-    UNHEALTHY = "unhealthy"
-    TOO_MANY_SHARED = "too-many-shared"
-
-
-class DeviceRequestError(Exception):
-    """A request kubelet sent cannot be honoured; ``str()`` is the message kubelet will show."""
-
-    def __init__(self, problem: Problem, message: str) -> None:
-        super().__init__(message)
-        self.problem = problem
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -117,11 +99,11 @@ class ResourcePlugin:
 
         kubelet only offers IDs this plugin advertised, so an unknown ID in either list means kubelet
         and the plugin disagree about the devices (or the caller is not kubelet): it is refused with
-        ``Problem.UNKNOWN_DEVICE`` rather than dropped, and never returned.
+        ``DeviceRequestProblem.UNKNOWN_DEVICE`` rather than dropped, and never returned.
         """
         for device_id in (*must_include, *available):
             if self.resource.device(device_id) is None:
-                raise DeviceRequestError(Problem.UNKNOWN_DEVICE, self._unknown(device_id))
+                raise DeviceRequestError(DeviceRequestProblem.UNKNOWN_DEVICE, self._unknown(device_id))
         offered = list(dict.fromkeys(available))
         offered_set = set(offered)
         must = [i for i in dict.fromkeys(must_include) if i in offered_set]
@@ -166,16 +148,18 @@ class ResourcePlugin:
         de-duplicating would grant fewer devices than the container was admitted with.
         """
         if not device_ids:
-            raise DeviceRequestError(Problem.EMPTY, f"{self.resource.name}: the request names no devices")
+            raise DeviceRequestError(
+                DeviceRequestProblem.EMPTY, f"{self.resource.name}: the request names no devices"
+            )
         devices: list[Device] = []
         seen: set[str] = set()
         for device_id in device_ids:
             device = self.resource.device(device_id)
             if device is None:
-                raise DeviceRequestError(Problem.UNKNOWN_DEVICE, self._unknown(device_id))
+                raise DeviceRequestError(DeviceRequestProblem.UNKNOWN_DEVICE, self._unknown(device_id))
             if device_id in seen:
                 raise DeviceRequestError(
-                    Problem.DUPLICATE_DEVICE,
+                    DeviceRequestProblem.DUPLICATE_DEVICE,
                     f"{self.resource.name}: device ID {shorten(device_id)} is named twice in one request",
                 )
             seen.add(device_id)
@@ -184,7 +168,7 @@ class ResourcePlugin:
             if not self._tracker.is_healthy(device.gpu):
                 status = self._tracker.status(device.gpu)
                 raise DeviceRequestError(
-                    Problem.UNHEALTHY,
+                    DeviceRequestProblem.UNHEALTHY,
                     f"{self.resource.name}: device {device.id} is unhealthy "
                     f"(GPU {device.gpu}: {status.reason})",
                 )
@@ -193,7 +177,7 @@ class ResourcePlugin:
             and self.resource.fail_requests_greater_than_one
             and len(devices) > 1
         ):
-            raise DeviceRequestError(Problem.TOO_MANY_SHARED, SHARED_REQUEST_LIMIT_MESSAGE)
+            raise DeviceRequestError(DeviceRequestProblem.TOO_MANY_SHARED, SHARED_REQUEST_LIMIT_MESSAGE)
         return devices
 
     def allocate(self, device_ids: Sequence[str]) -> ContainerAllocation:
@@ -203,12 +187,13 @@ class ResourcePlugin:
     def allocate_containers(self, requests: Sequence[Sequence[str]]) -> list[ContainerAllocation]:
         """One answer per container request; all are validated before any is built.
 
-        No container requests is refused (``Problem.EMPTY``): kubelet always sends exactly one, and an
-        empty answer would only fail later, in kubelet, with a less helpful message.
+        No container requests is refused (``DeviceRequestProblem.EMPTY``): kubelet always sends exactly
+        one, and an empty answer would only fail later, in kubelet, with a less helpful message.
         """
         if not requests:
             raise DeviceRequestError(
-                Problem.EMPTY, f"{self.resource.name}: the Allocate request has no container requests"
+                DeviceRequestProblem.EMPTY,
+                f"{self.resource.name}: the Allocate request has no container requests",
             )
         for device_ids in requests:
             self.validate(device_ids)

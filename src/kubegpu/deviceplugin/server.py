@@ -25,10 +25,10 @@ import grpc
 
 from kubegpu.deviceplugin.api import v1beta1_pb2 as pb
 from kubegpu.deviceplugin.api import v1beta1_pb2_grpc as pb_grpc
-from kubegpu.deviceplugin.plugin import DeviceRequestError, DeviceStatus, Problem, ResourcePlugin
+from kubegpu.deviceplugin.plugin import DeviceStatus, ResourcePlugin
 from kubegpu.deviceplugin.response import ContainerAllocation
 from kubegpu.deviceplugin.sockets import bound_with_mode, socket_name, socket_room, too_long
-from kubegpu.errors import SourceError
+from kubegpu.errors import DeviceRequestError, DeviceRequestProblem, RegistrationFailed, SourceError
 
 __all__ = [
     "API_VERSION",
@@ -37,7 +37,6 @@ __all__ = [
     "REGISTER_TIMEOUT_S",
     "DevicePluginServicer",
     "PluginServer",
-    "RegistrationFailed",
     "register",
     "to_proto_allocation",
 ]
@@ -49,11 +48,11 @@ HEALTHY = "Healthy"
 UNHEALTHY = "Unhealthy"
 
 _CODES = {
-    Problem.EMPTY: grpc.StatusCode.INVALID_ARGUMENT,
-    Problem.UNKNOWN_DEVICE: grpc.StatusCode.INVALID_ARGUMENT,
-    Problem.DUPLICATE_DEVICE: grpc.StatusCode.INVALID_ARGUMENT,
-    Problem.TOO_MANY_SHARED: grpc.StatusCode.INVALID_ARGUMENT,
-    Problem.UNHEALTHY: grpc.StatusCode.FAILED_PRECONDITION,
+    DeviceRequestProblem.EMPTY: grpc.StatusCode.INVALID_ARGUMENT,
+    DeviceRequestProblem.UNKNOWN_DEVICE: grpc.StatusCode.INVALID_ARGUMENT,
+    DeviceRequestProblem.DUPLICATE_DEVICE: grpc.StatusCode.INVALID_ARGUMENT,
+    DeviceRequestProblem.TOO_MANY_SHARED: grpc.StatusCode.INVALID_ARGUMENT,
+    DeviceRequestProblem.UNHEALTHY: grpc.StatusCode.FAILED_PRECONDITION,
 }
 _socket_counter = itertools.count()
 DEFAULT_MAX_STREAMS = 64  # kubelet opens one per registration; the rest is for tools and stale streams
@@ -313,10 +312,6 @@ class PluginServer:
         except OSError as exc:
             log.warning("could not remove the socket", extra={**extra, "error": exc.strerror or str(exc)})
         log.info("stopped", extra=extra)
-
-
-class RegistrationFailed(Exception):
-    """kubelet was not reachable, did not answer, or refused the registration; the message says which."""
 
 
 def register(

@@ -10,7 +10,7 @@ the data shape a live cluster gives them.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -249,7 +249,3 @@ def _in_cluster() -> bool:
         bool(os.environ.get("KUBERNETES_SERVICE_HOST"))
         and Path("/var/run/secrets/kubernetes.io/serviceaccount/token").exists()
     )
-
-
-def label_items(labels: Mapping[str, str] | None) -> Sequence[str]:
-    return [f"{k}={v}" for k, v in sorted((labels or {}).items())]

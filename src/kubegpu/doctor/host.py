@@ -16,6 +16,7 @@ from kubegpu.doctor.chain import Check
 from kubegpu.doctor.finding import CheckId, Layer, Outcome, fail, ok, skip, warn
 from kubegpu.doctor.hostprobe import CommandResult, HostProbe
 from kubegpu.health.xid import XidEvent, XidPolicy, XidVerdict, parse_xid_line
+from kubegpu.sources.nvml import DRIVER_NOT_LOADED, failure_in_text
 
 __all__ = ["HOST_CHECKS", "HostFacts", "NodeContext", "PciGpu", "SmiGpu"]
 
@@ -49,14 +50,7 @@ ID_PERSISTENCE = CheckId("host.persistence-mode")
 ID_GPU_COUNT = CheckId("host.gpu-count")
 ID_XID = CheckId("host.xid")
 
-REINSTALL_STEPS = (
-    "lsmod | grep nvidia  # empty: the module is not loaded\n"
-    "modprobe nvidia      # 'Module nvidia not found' or 'Exec format error': built for another kernel\n"
-    "apt-get install -y build-essential linux-headers-$(uname -r)\n"
-    "nvidia-uninstall && ./NVIDIA-Linux-x86_64-<version>.run --silent --no-opengl-files  "
-    "# reinstall for the running kernel (or: dkms autoinstall)\n"
-    "then check nvidia-smi's 'Driver Version' and 'CUDA Version' against what your containers need"
-)
+REINSTALL_STEPS = "\n".join(DRIVER_NOT_LOADED.fix)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -193,10 +187,6 @@ class NodeContext:
 
     facts: HostFacts
     xid_policy: XidPolicy = field(default_factory=XidPolicy)
-
-    @classmethod
-    def for_root(cls, root: Path | str = "/", *, command_timeout_s: float = 5.0) -> NodeContext:
-        return cls(facts=HostFacts(HostProbe(root, command_timeout_s=command_timeout_s)))
 
 
 def check_gpu_present(ctx: NodeContext) -> Outcome:
@@ -386,34 +376,14 @@ def check_nvml(ctx: NodeContext) -> Outcome:
             *evidence,
             fix="dmesg | grep -iE 'nvrm|xid'  # look for Xid 79/119; drain the node and reboot",
         )
-    low = text.lower()
-    if "couldn't communicate with the nvidia driver" in low or "could not communicate" in low:
+    known = failure_in_text(text)  # the meanings NVML's funnel gives its own errors
+    if known is not None:
         return fail(
-            "nvidia-smi cannot communicate with the NVIDIA driver: the kernel module is not loaded or "
-            "does not match the running kernel (usually a kernel update without a driver rebuild)",
+            f"nvidia-smi: {known.meaning}",
             *evidence,
-            fix=REINSTALL_STEPS,
-        )
-    if "driver/library version mismatch" in low:
-        return fail(
-            "NVML reports a driver/library version mismatch: the user-space driver was upgraded but the "
-            "old kernel module is still loaded",
-            *evidence,
-            fix="reboot the node (drain first), or rmmod nvidia_uvm nvidia_drm nvidia_modeset nvidia && "
-            "modprobe nvidia",
-        )
-    if "nvml shared library not found" in low or "libnvidia-ml.so" in low:
-        return fail(
-            "NVML library (libnvidia-ml.so) not found: the driver's user-space part is missing",
-            *evidence,
-            fix="reinstall the driver; confirm ls /usr/lib/*/libnvidia-ml.so.1",
-        )
-    if "no devices were found" in low:
-        return fail(
-            f"NVML finds no GPU although {len(ctx.facts.pci_gpus)} are on the PCI bus",
-            *evidence,
-            fix="dmesg | grep -iE 'nvrm|xid'  # RmInitAdapter failed / Xid 79: reboot; if it persists, "
-            "reseat or replace the card",
+            f"PCI bus: {len(ctx.facts.pci_gpus)} NVIDIA GPU(s)",
+            fix="\n".join(known.fix)
+            or "read the message above; dmesg | grep -i nvrm shows the driver's side",
         )
     if res.returncode != 0:
         return fail(

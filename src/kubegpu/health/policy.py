@@ -14,8 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import Enum
 
-from kubegpu.health.events import EventKind, HealthEvent
 from kubegpu.health.xid import XID_MEANINGS, XidPolicy, XidVerdict
+from kubegpu.model.event import GpuEvent, GpuEventKind
 
 __all__ = ["EccAction", "HealthPolicy", "Verdict", "VerdictKind", "WatcherFailureAction"]
 
@@ -57,28 +57,28 @@ class HealthPolicy:
     ecc_single_bit: EccAction = EccAction.IGNORE
     watcher_failure: WatcherFailureAction = WatcherFailureAction.UNHEALTHY
 
-    def judge(self, event: HealthEvent) -> Verdict:
+    def judge(self, event: GpuEvent) -> Verdict:
         """Classify ``event``; the reason names what happened in an operator's words."""
         detail = f" ({event.detail})" if event.detail else ""
-        if event.kind is EventKind.HEALTHY:
+        if event.kind is GpuEventKind.HEALTHY:
             return Verdict(kind=VerdictKind.HEALTHY, reason=f"marked healthy{detail}")
-        if event.kind is EventKind.LOST:
+        if event.kind is GpuEventKind.LOST:
             return Verdict(kind=VerdictKind.UNHEALTHY, reason=f"GPU lost{detail}")
-        if event.kind is EventKind.WATCH_FAILED:
+        if event.kind is GpuEventKind.WATCH_FAILED:
             reason = f"health watcher failed{detail}"
             if self.watcher_failure is WatcherFailureAction.KEEP:
                 return Verdict(kind=VerdictKind.IGNORE, reason=f"{reason} (kept: watcherFailure=keep)")
             return Verdict(kind=VerdictKind.UNHEALTHY, reason=reason)
-        if event.kind is EventKind.WATCH_RESTORED:
+        if event.kind is GpuEventKind.WATCH_RESTORED:
             return Verdict(kind=VerdictKind.HEALTHY, reason=f"health watcher recovered{detail}")
-        if event.kind is EventKind.XID:
+        if event.kind is GpuEventKind.XID:
             xid = event.xid if event.xid is not None else -1
             meaning = XID_MEANINGS.get(xid, "see NVIDIA's XID catalogue")
             reason = f"XID {xid}: {meaning}{detail}"
             if self.xid.classify(xid) is XidVerdict.FATAL:
                 return Verdict(kind=VerdictKind.UNHEALTHY, reason=reason)
             return Verdict(kind=VerdictKind.IGNORE, reason=f"{reason} (ignored by the XID policy)")
-        if event.kind is EventKind.ECC_DOUBLE_BIT:
+        if event.kind is GpuEventKind.ECC_DOUBLE_BIT:
             action, what = self.ecc_double_bit, "double-bit (uncorrectable) ECC error"
         else:
             action, what = self.ecc_single_bit, "single-bit (corrected) ECC error"

@@ -16,19 +16,16 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from kubegpu.echo import shorten
-from kubegpu.health.events import EventKind, HealthEvent
+from kubegpu.errors import UnknownGpuError
 from kubegpu.health.policy import HealthPolicy, VerdictKind
+from kubegpu.model.event import GpuEvent, GpuEventKind, GpuRef
 
-__all__ = ["GpuStatus", "HealthTracker", "Transition", "UnknownGpuError"]
+__all__ = ["GpuStatus", "HealthTracker", "Transition"]
 
 log = logging.getLogger(__name__)
 
 
-_WATCH = (EventKind.WATCH_FAILED, EventKind.WATCH_RESTORED)
-
-
-class UnknownGpuError(LookupError):
-    """An event names a GPU this node does not have."""
+_WATCH = (GpuEventKind.WATCH_FAILED, GpuEventKind.WATCH_RESTORED)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -36,7 +33,7 @@ class GpuStatus:
     healthy: bool
     reason: str
     since: float
-    cause: EventKind | None = None  # the kind of event that made the GPU unhealthy
+    cause: GpuEventKind | None = None  # the kind of event that made the GPU unhealthy
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -78,7 +75,7 @@ class HealthTracker:
         with self._cond:
             self._policy = policy
 
-    def resolve(self, gpu: int | str) -> int:
+    def resolve(self, gpu: GpuRef) -> int:
         """The index of the GPU named by index or UUID; raises ``UnknownGpuError``."""
         if isinstance(gpu, int):
             if 0 <= gpu < self._gpu_count:
@@ -89,7 +86,7 @@ class HealthTracker:
             raise UnknownGpuError(f"no GPU with UUID {shorten(gpu)} on this node")
         return index
 
-    def apply(self, event: HealthEvent) -> Transition | None:
+    def apply(self, event: GpuEvent) -> Transition | None:
         """Judge ``event`` and apply it; returns the transition, or ``None`` if health did not change."""
         index = self.resolve(event.gpu)
         with self._cond:
@@ -99,10 +96,10 @@ class HealthTracker:
                 return None
             healthy = verdict.kind is VerdictKind.HEALTHY
             current = self._status[index]
-            if event.kind is EventKind.WATCH_RESTORED and current.cause is not EventKind.WATCH_FAILED:
+            if event.kind is GpuEventKind.WATCH_RESTORED and current.cause is not GpuEventKind.WATCH_FAILED:
                 return None  # a watcher coming back only undoes what its failure did
             if current.healthy == healthy:
-                if not healthy and current.cause is EventKind.WATCH_FAILED and event.kind not in _WATCH:
+                if not healthy and current.cause is GpuEventKind.WATCH_FAILED and event.kind not in _WATCH:
                     # a real fault while unwatched: the watcher's recovery must not clear it
                     self._status[index] = GpuStatus(
                         healthy=False, reason=verdict.reason, since=current.since, cause=event.kind

@@ -36,17 +36,6 @@ class GpuModel:
     nvlinks: int
     pcie_generation: int
 
-    @property
-    def nvlink_link_gbps(self) -> float:
-        """Per-direction bandwidth of one NVLink link, 0 when the model has no NVLink."""
-        if self.nvlink_generation is None:
-            return 0.0
-        return NVLINK_LINK_GBPS[self.nvlink_generation]
-
-    @property
-    def pcie_x16_gbps(self) -> float:
-        return PCIE_X16_GBPS[self.pcie_generation]
-
 
 CATALOGUE: dict[str, GpuModel] = {
     m.name: m

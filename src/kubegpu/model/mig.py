@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from kubegpu.echo import shorten
@@ -319,8 +319,3 @@ def validate_layout(model: str, layout: Iterable[str]) -> MigPlacement:
         for i, (p, slot) in enumerate(requests)
     )
     return MigPlacement(model=key, instances=placed_all)
-
-
-def layout_from_counts(model: str, counts: Sequence[tuple[str, int]]) -> MigPlacement:
-    """Validate a mig-parted style ``{profile: count}`` layout."""
-    return validate_layout(model, [name for name, count in counts for _ in range(count)])

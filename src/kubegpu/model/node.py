@@ -65,9 +65,3 @@ class Node:
     name: str
     gpus: tuple[Gpu, ...]
     topology: Topology | None
-
-    def gpu_by_uuid(self, uuid: str) -> Gpu | None:
-        for gpu in self.gpus:
-            if gpu.uuid == uuid:
-                return gpu
-        return None

@@ -29,7 +29,7 @@ from pathlib import Path
 from kubegpu.backoff import Backoff, describe
 from kubegpu.echo import shorten
 from kubegpu.errors import InputError
-from kubegpu.sources.events import GpuEvent, GpuEventKind
+from kubegpu.model.event import GpuEvent, GpuEventKind
 
 __all__ = ["MAX_LINE_BYTES", "FaultFileFollower", "parse_fault_line"]
 

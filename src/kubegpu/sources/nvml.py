@@ -2,9 +2,10 @@
 
 Everything NVML goes through this funnel: ``pynvml`` is imported and initialised lazily, bytes are
 decoded, optional symbols are probed, and every NVML error is translated into what it means for an
-operator (``explain``), so the agent and the doctor say "the NVIDIA driver is not loaded" rather than
-``NVMLError_DriverNotLoaded``. On a host without a driver, ``NvmlSource.open`` raises ``SourceError``
-with that explanation and nothing else in kubegpu needs to know.
+operator and what to do (one table, ``NVML_FAILURES``, read by ``explain`` and by the doctor), so the
+agent and the doctor say "the NVIDIA driver is not loaded" rather than ``NVMLError_DriverNotLoaded``.
+On a host without a driver, ``NvmlSource.open`` raises ``SourceError`` with that explanation and
+nothing else in kubegpu needs to know.
 
 The health watcher is supervised: any failure in it (an event set that cannot be created, a GPU whose
 UUID or event registration fails, a wait that fails, an unexpected exception) is logged as one line,
@@ -20,43 +21,151 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 from kubegpu.backoff import Backoff, describe
 from kubegpu.errors import SourceError
+from kubegpu.model.event import GpuEvent, GpuEventKind
 from kubegpu.model.gpu import CATALOGUE, GpuModel
 from kubegpu.model.node import Gpu, GpuUuid, MigInstance, Node
 from kubegpu.model.topology import Link, LinkKind, Topology
-from kubegpu.sources.events import GpuEvent, GpuEventKind
 
-__all__ = ["NvmlSource", "explain", "import_pynvml"]
+__all__ = [
+    "DRIVER_NOT_LOADED",
+    "NVML_FAILURES",
+    "NvmlFailure",
+    "NvmlSource",
+    "explain",
+    "failure",
+    "failure_in_text",
+    "import_pynvml",
+]
 
 log = logging.getLogger(__name__)
 
-# NVML return codes (stable across NVML versions) and what each means for an operator.
-_MEANINGS: dict[int, str] = {
-    3: "not supported by this GPU or driver",
-    4: "no permission to talk to the NVIDIA driver (/dev/nvidiactl); run privileged or as root",
-    6: "not found",
-    9: "the NVIDIA kernel driver is not loaded (check `lsmod | grep nvidia` and dmesg)",
-    10: "timed out",
-    12: (
-        "the NVML library (libnvidia-ml.so.1) was not found: no NVIDIA driver on this host, or the "
-        "container does not see the driver's libraries (use the NVIDIA container runtime or mount the "
-        "driver root)"
+
+@dataclass(frozen=True, kw_only=True)
+class NvmlFailure:
+    """One way NVML fails: its return code, the text that shows it, what it means, what to do.
+
+    ``messages`` are lower-case fragments of NVML's error string or of what ``nvidia-smi`` prints
+    that identify the failure unambiguously (none where the words also appear in healthy output).
+    ``fix`` is plain-words advice first, then the commands, one a line.
+    """
+
+    code: int  # nvmlReturn_t, stable across NVML versions
+    messages: tuple[str, ...] = ()
+    meaning: str
+    fix: tuple[str, ...] = ()
+
+    @property
+    def advice(self) -> str:
+        """The meaning and the first line of the fix, as one line (for logs and error messages)."""
+        return f"{self.meaning}; {self.fix[0]}" if self.fix else self.meaning
+
+
+DRIVER_NOT_LOADED = NvmlFailure(
+    code=9,
+    messages=(
+        "couldn't communicate with the nvidia driver",
+        "could not communicate",
+        "driver not loaded",
     ),
-    15: "a GPU has fallen off the bus or is otherwise inaccessible (XID 79); reset or drain the node",
-    18: (
-        "driver/library version mismatch: the driver was upgraded but the kernel module was not "
-        "reloaded; reboot the node or reload the nvidia module"
+    meaning=(
+        "the NVIDIA kernel driver is not loaded, or does not match the running kernel (usually a "
+        "kernel update without a driver rebuild)"
     ),
-    999: (
-        "NVML: Unknown Error; in containers this often follows `systemctl daemon-reload` removing "
-        "device access (use CDI or restart the pod)"
+    fix=(
+        "load the nvidia module, or reinstall the driver for the running kernel",
+        "lsmod | grep nvidia  # empty: the module is not loaded",
+        "modprobe nvidia      # 'Module nvidia not found' or 'Exec format error': built for another kernel",
+        "apt-get install -y build-essential linux-headers-$(uname -r)",
+        "nvidia-uninstall && ./NVIDIA-Linux-x86_64-<version>.run --silent --no-opengl-files  "
+        "# reinstall for the running kernel (or: dkms autoinstall)",
+        "then check nvidia-smi's 'Driver Version' and 'CUDA Version' against what your containers need",
     ),
-}
+)
+
+# In the order text is matched against them (``failure_in_text``): the most telling first.
+NVML_FAILURES: tuple[NvmlFailure, ...] = (
+    DRIVER_NOT_LOADED,
+    NvmlFailure(
+        code=18,
+        messages=("driver/library version mismatch",),
+        meaning=(
+            "driver/library version mismatch: the user-space driver was upgraded but the old kernel "
+            "module is still loaded"
+        ),
+        fix=(
+            "reboot the node (drain first), or reload the nvidia kernel module",
+            "rmmod nvidia_uvm nvidia_drm nvidia_modeset nvidia && modprobe nvidia",
+        ),
+    ),
+    NvmlFailure(
+        code=12,
+        messages=("nvml shared library not found", "libnvidia-ml.so"),
+        meaning=(
+            "the NVML library (libnvidia-ml.so.1) was not found: the driver's user-space part is "
+            "missing, or the container does not see the driver's libraries"
+        ),
+        fix=(
+            "on the host reinstall the driver; in a container use the NVIDIA container runtime or mount "
+            "the driver root",
+            "ls /usr/lib/*/libnvidia-ml.so.1",
+        ),
+    ),
+    NvmlFailure(
+        code=4,
+        messages=("insufficient permissions",),
+        meaning="no permission to talk to the NVIDIA driver (/dev/nvidiactl)",
+        fix=("run privileged or as root", "ls -l /dev/nvidiactl /dev/nvidia[0-9]*"),
+    ),
+    NvmlFailure(
+        code=6,
+        messages=("no devices were found",),
+        meaning="NVML sees no GPU, or not the one named",
+        fix=(
+            "if the GPU is on the PCI bus the driver could not bring it up: reboot; if it persists, "
+            "reseat or replace the card",
+            "dmesg | grep -iE 'nvrm|xid'  # RmInitAdapter failed / Xid 79",
+        ),
+    ),
+    NvmlFailure(
+        code=15,
+        meaning="a GPU has fallen off the bus or is otherwise inaccessible (XID 79)",
+        fix=("drain the node and reset the GPU or reboot", "dmesg | grep -iE 'nvrm|xid'"),
+    ),
+    NvmlFailure(
+        code=999,
+        meaning=(
+            "NVML: Unknown Error; in containers this often follows `systemctl daemon-reload` removing "
+            "device access"
+        ),
+        fix=("use CDI or restart the pod",),
+    ),
+    NvmlFailure(code=3, meaning="not supported by this GPU or driver"),
+    NvmlFailure(code=10, meaning="timed out"),
+)
+_BY_CODE = {f.code: f for f in NVML_FAILURES}
+
+
+def failure(code: int) -> NvmlFailure | None:
+    """The known failure with NVML return code ``code``, if any."""
+    return _BY_CODE.get(code)
+
+
+def failure_in_text(text: str) -> NvmlFailure | None:
+    """The known failure whose message ``text`` (nvidia-smi's output, an NVML error) shows, if any."""
+    low = text.lower()
+    for known in NVML_FAILURES:
+        if any(fragment in low for fragment in known.messages):
+            return known
+    return None
+
+
 _TOPOLOGY_KIND = {0: LinkKind.PIX, 10: LinkKind.PIX, 20: LinkKind.PXB, 30: LinkKind.PHB, 40: LinkKind.NODE}
 
 
@@ -71,10 +180,11 @@ def import_pynvml() -> ModuleType:
 
 
 def explain(error: BaseException) -> str:
-    """What an NVML error means for an operator."""
+    """What an NVML error means for an operator, and what to do, as one line."""
     code = getattr(error, "value", None)
-    if isinstance(code, int) and code in _MEANINGS:
-        return _MEANINGS[code]
+    known = failure(code) if isinstance(code, int) else None
+    if known is not None:
+        return known.advice
     return f"NVML error: {error}"
 
 

@@ -11,10 +11,11 @@ from hypothesis import strategies as st
 
 from kubegpu.deviceplugin.config import AgentConfig
 from kubegpu.deviceplugin.inventory import build_inventory
-from kubegpu.deviceplugin.plugin import DeviceRequestError, Problem, ResourcePlugin
-from kubegpu.health.events import EventKind, HealthEvent
+from kubegpu.deviceplugin.plugin import ResourcePlugin
+from kubegpu.errors import DeviceRequestError, DeviceRequestProblem
 from kubegpu.health.policy import HealthPolicy
 from kubegpu.health.tracker import HealthTracker
+from kubegpu.model.event import GpuEvent, GpuEventKind
 from kubegpu.sources.spec import load_node
 from tests.unit.deviceplugin.test_inventory import _shared
 
@@ -77,7 +78,7 @@ def test_preferred_only_returns_offered_ids_and_keeps_must_include(available, si
 
 def test_preferred_skips_gpus_it_knows_are_unhealthy_unless_required() -> None:
     plugin, tracker = make()
-    tracker.apply(HealthEvent(gpu=5, kind=EventKind.XID, xid=79))
+    tracker.apply(GpuEvent(gpu=5, kind=GpuEventKind.XID, xid=79))
     assert UUIDS[5] not in plugin.preferred(UUIDS[4:], [], 3)
     assert UUIDS[5] in plugin.preferred(UUIDS[4:], [UUIDS[5]], 3)
 
@@ -94,11 +95,11 @@ def test_allocate_rejects_unknown_ids_before_anything_else() -> None:
     plugin, _ = make()
     with pytest.raises(DeviceRequestError) as err:
         plugin.allocate([UUIDS[0], "GPU-elsewhere"])
-    assert err.value.problem is Problem.UNKNOWN_DEVICE
+    assert err.value.problem is DeviceRequestProblem.UNKNOWN_DEVICE
     assert "GPU-elsewhere" in str(err.value)
     with pytest.raises(DeviceRequestError) as empty:
         plugin.allocate([])
-    assert empty.value.problem is Problem.EMPTY
+    assert empty.value.problem is DeviceRequestProblem.EMPTY
 
 
 @pytest.mark.parametrize(
@@ -113,21 +114,21 @@ def test_preferred_refuses_ids_the_plugin_never_advertised(available: list[str],
     plugin, _ = make()
     with pytest.raises(DeviceRequestError, match="GPU-stranger") as err:
         plugin.preferred(available, must, 1)
-    assert err.value.problem is Problem.UNKNOWN_DEVICE
+    assert err.value.problem is DeviceRequestProblem.UNKNOWN_DEVICE
 
 
 def test_allocate_refuses_an_id_named_twice_and_a_request_without_containers() -> None:
     plugin, _ = make()
     with pytest.raises(DeviceRequestError, match="named twice") as twice:
         plugin.allocate([UUIDS[1], UUIDS[2], UUIDS[1]])
-    assert twice.value.problem is Problem.DUPLICATE_DEVICE
+    assert twice.value.problem is DeviceRequestProblem.DUPLICATE_DEVICE
     assert UUIDS[1] in str(twice.value)
     with pytest.raises(DeviceRequestError) as none:
         plugin.allocate_containers([])
-    assert none.value.problem is Problem.EMPTY
+    assert none.value.problem is DeviceRequestProblem.EMPTY
     with pytest.raises(DeviceRequestError) as second_bad:  # nothing is built if any container is bad
         plugin.allocate_containers([[UUIDS[0]], ["GPU-elsewhere"]])
-    assert second_bad.value.problem is Problem.UNKNOWN_DEVICE
+    assert second_bad.value.problem is DeviceRequestProblem.UNKNOWN_DEVICE
     assert [a.envs["NVIDIA_VISIBLE_DEVICES"] for a in plugin.allocate_containers([[UUIDS[0]]])] == [UUIDS[0]]
 
 
@@ -140,10 +141,10 @@ def test_a_16kb_unknown_id_is_echoed_short() -> None:
 
 def test_allocate_rejects_a_replica_of_a_failed_gpu() -> None:
     plugin, tracker = make(config=_shared(3))
-    tracker.apply(HealthEvent(gpu=2, kind=EventKind.ECC_DOUBLE_BIT))
+    tracker.apply(GpuEvent(gpu=2, kind=GpuEventKind.ECC_DOUBLE_BIT))
     with pytest.raises(DeviceRequestError, match="double-bit") as err:
         plugin.allocate([f"{UUIDS[2]}::1"])
-    assert err.value.problem is Problem.UNHEALTHY
+    assert err.value.problem is DeviceRequestProblem.UNHEALTHY
     assert plugin.allocate([f"{UUIDS[3]}::1"]).envs["NVIDIA_VISIBLE_DEVICES"] == UUIDS[3]
 
 
@@ -175,10 +176,10 @@ def test_watch_sends_a_new_snapshot_when_a_gpu_fails_and_every_replica_follows()
     stream = plugin.watch(lambda: True, stop, poll_s=0.05)
     first = next(stream)
     assert all(s.healthy for s in first)
-    tracker.apply(HealthEvent(gpu=UUIDS[6], kind=EventKind.LOST))
+    tracker.apply(GpuEvent(gpu=UUIDS[6], kind=GpuEventKind.LOST))
     second = next(stream)
     assert {s.id for s in second if not s.healthy} == {f"{UUIDS[6]}::{i}" for i in range(4)}
-    tracker.apply(HealthEvent(gpu=6, kind=EventKind.HEALTHY))
+    tracker.apply(GpuEvent(gpu=6, kind=GpuEventKind.HEALTHY))
     assert all(s.healthy for s in next(stream))
     stop.set()
     plugin.wake()

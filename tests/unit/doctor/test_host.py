@@ -6,6 +6,7 @@ import time
 
 from kubegpu.doctor import Status, node_report
 from kubegpu.doctor.chain import Report
+from kubegpu.sources.nvml import failure
 from tests.unit.doctor.fakehost import DRIVER, GPUS, FakeHost
 
 
@@ -163,6 +164,15 @@ def test_nvml_finding_no_devices_fails(host: FakeHost) -> None:
     host.command("nvidia-smi", stdout="No devices were found", exit_code=6)
     finding = run(host).by_id("host.nvml")
     assert finding.status is Status.FAIL and "no GPU" in finding.summary
+
+
+def test_nvml_finding_says_what_the_nvml_funnel_says(host: FakeHost) -> None:
+    host.command("nvidia-smi", stdout="Failed to initialize NVML: Insufficient Permissions", exit_code=4)
+    finding = run(host).by_id("host.nvml")
+    known = failure(4)
+    assert known is not None
+    assert finding.status is Status.FAIL and known.meaning in finding.summary
+    assert finding.fix.splitlines() == list(known.fix)
 
 
 def test_persistence_mode_off_warns_with_the_seed_command(host: FakeHost) -> None:

@@ -7,10 +7,11 @@ import time
 
 import pytest
 
-from kubegpu.health.events import EventKind, HealthEvent
+from kubegpu.errors import UnknownGpuError
 from kubegpu.health.policy import EccAction, HealthPolicy, VerdictKind, WatcherFailureAction
-from kubegpu.health.tracker import HealthTracker, UnknownGpuError
+from kubegpu.health.tracker import HealthTracker
 from kubegpu.health.xid import XidPolicy
+from kubegpu.model.event import GpuEvent, GpuEventKind
 
 
 def tracker(policy: HealthPolicy | None = None) -> HealthTracker:
@@ -19,19 +20,19 @@ def tracker(policy: HealthPolicy | None = None) -> HealthTracker:
 
 @pytest.mark.parametrize("xid", [13, 31, 43, 45, 68, 109])
 def test_application_xids_are_ignored_by_default(xid: int) -> None:
-    verdict = HealthPolicy().judge(HealthEvent(gpu=0, kind=EventKind.XID, xid=xid))
+    verdict = HealthPolicy().judge(GpuEvent(gpu=0, kind=GpuEventKind.XID, xid=xid))
     assert verdict.kind is VerdictKind.IGNORE
 
 
 def test_fatal_xid_reason_says_what_happened() -> None:
-    verdict = HealthPolicy().judge(HealthEvent(gpu=0, kind=EventKind.XID, xid=79))
+    verdict = HealthPolicy().judge(GpuEvent(gpu=0, kind=GpuEventKind.XID, xid=79))
     assert verdict.kind is VerdictKind.UNHEALTHY
     assert "XID 79" in verdict.reason and "fallen off the bus" in verdict.reason
 
 
 def test_ecc_policy_defaults_and_overrides() -> None:
-    dbe = HealthEvent(gpu=0, kind=EventKind.ECC_DOUBLE_BIT)
-    sbe = HealthEvent(gpu=0, kind=EventKind.ECC_SINGLE_BIT)
+    dbe = GpuEvent(gpu=0, kind=GpuEventKind.ECC_DOUBLE_BIT)
+    sbe = GpuEvent(gpu=0, kind=GpuEventKind.ECC_SINGLE_BIT)
     assert HealthPolicy().judge(dbe).kind is VerdictKind.UNHEALTHY
     assert HealthPolicy().judge(sbe).kind is VerdictKind.IGNORE
     relaxed = HealthPolicy(ecc_double_bit=EccAction.IGNORE, ecc_single_bit=EccAction.FATAL)
@@ -41,35 +42,35 @@ def test_ecc_policy_defaults_and_overrides() -> None:
 
 def test_disabled_xid_checks_still_honour_lost_gpus() -> None:
     policy = HealthPolicy(xid=XidPolicy(disabled=True))
-    assert policy.judge(HealthEvent(gpu=0, kind=EventKind.XID, xid=79)).kind is VerdictKind.IGNORE
-    assert policy.judge(HealthEvent(gpu=0, kind=EventKind.LOST)).kind is VerdictKind.UNHEALTHY
+    assert policy.judge(GpuEvent(gpu=0, kind=GpuEventKind.XID, xid=79)).kind is VerdictKind.IGNORE
+    assert policy.judge(GpuEvent(gpu=0, kind=GpuEventKind.LOST)).kind is VerdictKind.UNHEALTHY
 
 
 def test_transitions_happen_once_and_recovery_needs_no_restart() -> None:
     t = tracker()
     before = t.version
-    first = t.apply(HealthEvent(gpu="gpu-A", kind=EventKind.XID, xid=48))  # UUIDs match case-insensitively
+    first = t.apply(GpuEvent(gpu="gpu-A", kind=GpuEventKind.XID, xid=48))  # UUIDs match case-insensitively
     assert first is not None and first.gpu == 0 and not first.healthy
-    assert t.apply(HealthEvent(gpu=0, kind=EventKind.XID, xid=79)) is None  # already unhealthy
-    assert t.apply(HealthEvent(gpu=1, kind=EventKind.XID, xid=13)) is None  # ignored
+    assert t.apply(GpuEvent(gpu=0, kind=GpuEventKind.XID, xid=79)) is None  # already unhealthy
+    assert t.apply(GpuEvent(gpu=1, kind=GpuEventKind.XID, xid=13)) is None  # ignored
     assert t.version == before + 1
     assert not t.is_healthy(0) and "XID 48" in t.status(0).reason
-    back = t.apply(HealthEvent(gpu=0, kind=EventKind.HEALTHY))
+    back = t.apply(GpuEvent(gpu=0, kind=GpuEventKind.HEALTHY))
     assert back is not None and back.healthy and t.is_healthy(0)
 
 
 def test_a_mig_uuid_resolves_to_its_parent_gpu() -> None:
     t = tracker()
-    t.apply(HealthEvent(gpu="MIG-b", kind=EventKind.LOST))
+    t.apply(GpuEvent(gpu="MIG-b", kind=GpuEventKind.LOST))
     assert not t.is_healthy(1)
 
 
 def test_unknown_gpus_are_reported_not_guessed() -> None:
     t = tracker()
     with pytest.raises(UnknownGpuError, match="no GPU 9"):
-        t.apply(HealthEvent(gpu=9, kind=EventKind.LOST))
+        t.apply(GpuEvent(gpu=9, kind=GpuEventKind.LOST))
     with pytest.raises(UnknownGpuError, match="GPU-zzz"):
-        t.apply(HealthEvent(gpu="GPU-zzz", kind=EventKind.LOST))
+        t.apply(GpuEvent(gpu="GPU-zzz", kind=GpuEventKind.LOST))
 
 
 def test_waiters_wake_immediately_on_a_change() -> None:
@@ -85,13 +86,13 @@ def test_waiters_wake_immediately_on_a_change() -> None:
     thread = threading.Thread(target=wait)
     thread.start()
     time.sleep(0.05)
-    t.apply(HealthEvent(gpu=2, kind=EventKind.LOST))
+    t.apply(GpuEvent(gpu=2, kind=GpuEventKind.LOST))
     thread.join(5)
     assert woke and woke[0] < 1.0
 
 
 def test_a_failed_watcher_makes_its_gpus_unhealthy_by_default_or_keeps_them_by_policy() -> None:
-    failed = HealthEvent(gpu=0, kind=EventKind.WATCH_FAILED, detail="NVML: Unknown Error")
+    failed = GpuEvent(gpu=0, kind=GpuEventKind.WATCH_FAILED, detail="NVML: Unknown Error")
     verdict = HealthPolicy().judge(failed)
     assert verdict.kind is VerdictKind.UNHEALTHY and "health watcher failed" in verdict.reason
     kept = HealthPolicy(watcher_failure=WatcherFailureAction.KEEP).judge(failed)
@@ -100,15 +101,15 @@ def test_a_failed_watcher_makes_its_gpus_unhealthy_by_default_or_keeps_them_by_p
 
 def test_the_watcher_recovering_undoes_only_what_its_failure_did() -> None:
     t = tracker()
-    t.apply(HealthEvent(gpu=0, kind=EventKind.WATCH_FAILED))
-    t.apply(HealthEvent(gpu=1, kind=EventKind.XID, xid=79))
-    t.apply(HealthEvent(gpu=1, kind=EventKind.WATCH_FAILED))
+    t.apply(GpuEvent(gpu=0, kind=GpuEventKind.WATCH_FAILED))
+    t.apply(GpuEvent(gpu=1, kind=GpuEventKind.XID, xid=79))
+    t.apply(GpuEvent(gpu=1, kind=GpuEventKind.WATCH_FAILED))
     assert not t.is_healthy(0) and not t.is_healthy(1)
-    assert t.apply(HealthEvent(gpu=0, kind=EventKind.WATCH_RESTORED)) is not None
-    assert t.apply(HealthEvent(gpu=1, kind=EventKind.WATCH_RESTORED)) is None
+    assert t.apply(GpuEvent(gpu=0, kind=GpuEventKind.WATCH_RESTORED)) is not None
+    assert t.apply(GpuEvent(gpu=1, kind=GpuEventKind.WATCH_RESTORED)) is None
     assert t.is_healthy(0) and not t.is_healthy(1) and "XID 79" in t.status(1).reason
     # a real fault while unwatched is not cleared when the watcher comes back
-    t.apply(HealthEvent(gpu=0, kind=EventKind.WATCH_FAILED))
-    t.apply(HealthEvent(gpu=0, kind=EventKind.LOST, detail="fell off the bus"))
-    assert t.apply(HealthEvent(gpu=0, kind=EventKind.WATCH_RESTORED)) is None
+    t.apply(GpuEvent(gpu=0, kind=GpuEventKind.WATCH_FAILED))
+    t.apply(GpuEvent(gpu=0, kind=GpuEventKind.LOST, detail="fell off the bus"))
+    assert t.apply(GpuEvent(gpu=0, kind=GpuEventKind.WATCH_RESTORED)) is None
     assert not t.is_healthy(0) and "fell off the bus" in t.status(0).reason

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from kubegpu.errors import InputError
-from kubegpu.sources.events import GpuEvent, GpuEventKind
+from kubegpu.model.event import GpuEvent, GpuEventKind
 from kubegpu.sources.faults import FaultFileFollower, parse_fault_line
 
 

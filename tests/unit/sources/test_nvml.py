@@ -10,9 +10,9 @@ from types import SimpleNamespace
 import pytest
 
 from kubegpu.errors import SourceError
+from kubegpu.model.event import GpuEvent, GpuEventKind
 from kubegpu.model.topology import LinkKind
-from kubegpu.sources.events import GpuEvent, GpuEventKind
-from kubegpu.sources.nvml import NvmlSource, explain
+from kubegpu.sources.nvml import DRIVER_NOT_LOADED, NVML_FAILURES, NvmlSource, explain, failure_in_text
 
 
 class NVMLError(Exception):
@@ -259,3 +259,17 @@ def test_an_event_on_a_gpu_nvml_cannot_name_counts_for_every_gpu() -> None:
     fake.events = [SimpleNamespace(eventType=8, eventData=79, device=1)]
     events, _ = _watch(fake)
     assert events == [(0, "xid"), (1, "xid")]
+
+
+def test_every_known_failure_is_recognised_by_its_own_messages() -> None:
+    for known in NVML_FAILURES:
+        for fragment in known.messages:
+            assert failure_in_text(f"Failed to initialize NVML: {fragment.upper()}\n") is known
+    assert failure_in_text("NVIDIA-SMI 550.54.15  Driver Version: 550.54.15  [Not Supported]") is None
+
+
+def test_explain_says_the_meaning_and_the_first_step_of_the_fix_on_one_line() -> None:
+    text = explain(NVMLError(9))
+    assert text.startswith(DRIVER_NOT_LOADED.meaning) and DRIVER_NOT_LOADED.fix[0] in text
+    assert "\n" not in text
+    assert len({f.code for f in NVML_FAILURES}) == len(NVML_FAILURES)

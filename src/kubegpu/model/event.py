@@ -1,8 +1,10 @@
-"""Health events: what a source (NVML, a fault file) reports about one GPU.
+"""What a GPU source observed about one GPU: an XID, an ECC error, a lost or recovered GPU.
 
-Sources say *what happened* (an XID, an ECC error, an operator marking a GPU healthy again); the
-policy in ``kubegpu.health.policy`` decides what it means, and the tracker applies the verdict. A GPU
-is named by its index or its UUID, exactly as the source saw it; the tracker resolves the name.
+One value type for both sides of the health path. Sources (``sources/nvml.py``, ``sources/faults.py``)
+only say *what happened*; the policy in ``kubegpu.health.policy`` decides what it means (fatal or
+not) and the tracker applies the verdict. Both layers import this module from the pure core, so the
+agent hands an event from one to the other unchanged. A GPU is named by its index or its UUID,
+exactly as the source saw it; the tracker resolves the name.
 """
 
 from __future__ import annotations
@@ -10,12 +12,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
-__all__ = ["EventKind", "GpuRef", "HealthEvent"]
+__all__ = ["GpuEvent", "GpuEventKind", "GpuRef"]
 
 GpuRef = int | str  # a GPU index, or a GPU/MIG UUID
 
 
-class EventKind(Enum):
+class GpuEventKind(Enum):
     """The kinds of event a source can report."""
 
     XID = "xid"
@@ -28,11 +30,11 @@ class EventKind(Enum):
 
 
 @dataclass(frozen=True, kw_only=True)
-class HealthEvent:
-    """One report about one GPU; ``xid`` is set for ``EventKind.XID`` only."""
+class GpuEvent:
+    """One observation about one GPU; ``xid`` is set for ``GpuEventKind.XID`` only."""
 
     gpu: GpuRef
-    kind: EventKind
+    kind: GpuEventKind
     xid: int | None = None
     detail: str = ""
     source: str = ""
