@@ -95,20 +95,66 @@ class Endpoint:
     snapshots: int = 0
 
 
-_DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
-_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
+# kubelet's resource-name rule, transcribed clause by clause from the protocol reference §5
+# (upstream: ``IsExtendedResourceName`` -> ``IsNativeResource`` + ``validation.IsQualifiedName``).
+# It is deliberately written apart from the agent's ``inventory.is_extended_resource_name``, so that
+# tests/integration/test_resource_name_rule.py catches a drift in either one. Go's ``regexp`` anchors
+# ``^...$`` at the ends of the text, so every pattern is applied with ``fullmatch`` (Python's ``$``
+# would also accept a trailing newline), and Go's ``len`` counts bytes.
+_REQUESTS_PREFIX = "requests."  # DefaultResourceRequestsPrefix
+_NATIVE_MARKER = "kubernetes.io/"  # a prefixed native resource contains it anywhere
+_DNS1123_SUBDOMAIN_MAX_BYTES = 253
+_QUALIFIED_NAME_MAX_BYTES = 63
+_DNS1123_LABEL_PATTERN = "[a-z0-9]([-a-z0-9]*[a-z0-9])?"
+_DNS1123_SUBDOMAIN_PATTERN = re.compile(f"{_DNS1123_LABEL_PATTERN}(\\.{_DNS1123_LABEL_PATTERN})*")
+_QUALIFIED_NAME_PATTERN = re.compile("([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]")
+
+
+def _byte_length(text: str) -> int:
+    return len(text.encode())
+
+
+def _is_native_resource(name: str) -> bool:
+    """Native: no ``/`` at all, or ``kubernetes.io/`` somewhere (``foo.kubernetes.io/x`` too)."""
+    if "/" not in name:
+        return True
+    return _NATIVE_MARKER in name
+
+
+def _is_dns1123_subdomain(value: str) -> bool:
+    if _byte_length(value) > _DNS1123_SUBDOMAIN_MAX_BYTES:
+        return False
+    return _DNS1123_SUBDOMAIN_PATTERN.fullmatch(value) is not None
+
+
+def _is_qualified_name(value: str) -> bool:
+    """``[prefix/]name``: at most one ``/``; a non-empty DNS-1123 prefix; a name of 1..63 bytes."""
+    parts = value.split("/")
+    if len(parts) == 1:
+        name = parts[0]
+    elif len(parts) == 2:
+        prefix, name = parts
+        if prefix == "":
+            return False
+        if not _is_dns1123_subdomain(prefix):
+            return False
+    else:
+        return False
+    if name == "":
+        return False
+    if _byte_length(name) > _QUALIFIED_NAME_MAX_BYTES:
+        return False
+    return _QUALIFIED_NAME_PATTERN.fullmatch(name) is not None
 
 
 def is_extended_resource_name(name: str) -> bool:
-    if "/" not in name or "kubernetes.io/" in name or name.startswith("requests."):
+    """kubelet's ``IsExtendedResourceName`` (reference §5): what Register accepts."""
+    if _is_native_resource(name):
         return False
-    qualified = "requests." + name
-    if qualified.count("/") != 1:
+    if name.startswith(_REQUESTS_PREFIX):
         return False
-    prefix, short = qualified.split("/")
-    return bool(
-        len(prefix) <= 253 and _DNS1123_SUBDOMAIN.match(prefix) and len(short) <= 63 and _NAME.match(short)
-    )
+    # kubelet validates the name as a quota key, "requests.<name>", which must be a qualified name
+    return _is_qualified_name(_REQUESTS_PREFIX + name)
 
 
 class _Registration(pb_grpc.RegistrationServicer):

@@ -1,9 +1,14 @@
-"""Property: concurrent admissions from the kubelet double never receive the same device twice.
+"""End to end: concurrent pod admissions through the kubelet double, against the real agent.
 
-Pods of random sizes are admitted from many threads at once against one real agent, for whole GPUs
-and for time-sliced replicas, while a fault comes and goes; every admitted pod's devices are
-disjoint from every other pod's, every Allocate answer names exactly the granted GPUs, and failed
-admissions leave nothing behind.
+Pods of random sizes are admitted from many threads at once, for whole GPUs and for time-sliced
+replicas, while a fault comes and goes. What this checks is the admission path as a node runs it:
+the double's bookkeeping (like kubelet, it chooses devices and reserves them under its device-manager
+lock, so no two pods get the same device, and a failed admission is rolled back) together with the
+agent's Allocate answers, each of which must name exactly the GPUs granted to its pod.
+
+It cannot catch an agent that answers GetPreferredAllocation wrongly: the double intersects the answer
+with its own free devices and fills any shortfall, exactly as kubelet does. The agent's own invariants,
+called directly and concurrently, are in test_agent_invariants.py.
 """
 
 from __future__ import annotations
@@ -52,7 +57,9 @@ def node(
     sizes=st.lists(st.integers(min_value=1, max_value=6), min_size=2, max_size=12),
     fault_gpu=st.integers(0, 15),
 )
-def test_concurrent_admissions_never_share_a_device(node, sizes: list[int], fault_gpu: int) -> None:
+def test_concurrent_admissions_through_the_double_are_disjoint_and_allocate_names_their_gpus(
+    node, sizes: list[int], fault_gpu: int
+) -> None:
     kubelet, faults, _total = node
     admitted: dict[str, list[str]] = {}
     visible: dict[str, str] = {}

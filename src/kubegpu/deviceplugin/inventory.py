@@ -150,9 +150,9 @@ def is_extended_resource_name(name: str) -> bool:
     prefix, short = qualified.split("/")
     return (
         0 < len(prefix) <= 253
-        and bool(_DNS1123_SUBDOMAIN.match(prefix))
+        and bool(_DNS1123_SUBDOMAIN.fullmatch(prefix))
         and 0 < len(short) <= 63
-        and bool(_QUALIFIED_NAME.match(short))
+        and bool(_QUALIFIED_NAME.fullmatch(short))
     )
 
 
