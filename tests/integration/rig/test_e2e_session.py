@@ -59,8 +59,12 @@ def held_kubelet_port() -> Iterator[None]:
 
 @pytest.fixture
 def as_root() -> None:
+    """The e2e session's checks only run as root: skip loudly on a developer machine, fail in CI."""
     if os.geteuid() != 0:
-        pytest.fail("this test checks the e2e session as root (as CI runs it); run it as root")
+        reason = "NOT RUN: this test checks the e2e session as root (as CI runs it); run it as root"
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(reason, pytrace=False)
+        pytest.skip(reason)
 
 
 @pytest.mark.usefixtures("as_root", "held_kubelet_port")

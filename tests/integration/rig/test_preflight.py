@@ -46,7 +46,10 @@ def test_the_rigs_own_or_an_empty_kubelet_dir_is_fine(fake_host: Path) -> None:
 
 def test_up_lists_every_failed_precondition_and_starts_nothing(fake_host: Path) -> None:
     if os.geteuid() != 0:
-        pytest.fail("this test checks the rig's preconditions as root (as CI runs it); run it as root")
+        reason = "NOT RUN: this test checks the rig's preconditions as root (as CI runs it); run it as root"
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(reason, pytrace=False)
+        pytest.skip(reason)
     (fake_host / "device-plugins").mkdir(parents=True)
     r = rigmod.Rig()
     with pytest.raises(rigmod.RigError) as info:
