@@ -41,6 +41,7 @@ typecheck: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python bench/allocate_bench.py
 	$(BIN)/python bench/deviceplugin_bench.py
+	$(BIN)/python bench/agent_soak.py
 
 ## Regenerate the kubelet Device Plugin API stubs (src/kubegpu/deviceplugin/api/) from v1beta1.proto.
 proto: $(STAMP)
