@@ -64,3 +64,28 @@ rig-down:
 ## The e2e suite (starts the rig if `make rig-up` has not; KUBEGPU_RIG_KEEP=1 leaves it running).
 e2e: $(STAMP)
 	$(BIN)/python -m pytest -q -m e2e tests/e2e
+
+## Deployment (deploy/, docs/deploy.md). Not part of `check` or `test`.
+.PHONY: image image-reproducible helm manifests manifests-check helm-lint
+IMAGE_OUT ?= build/image/kubegpu.tar
+HELM_BUILD := deploy/tools/build-helm.sh
+
+## The container image as a docker-archive, without Docker (deploy/image/build.py; needs mmdebstrap).
+image: $(STAMP)
+	$(BIN)/python deploy/image/build.py --out $(IMAGE_OUT)
+
+## Build the image twice and fail unless both archives are byte-identical.
+image-reproducible: $(STAMP)
+	$(BIN)/python deploy/image/build.py --check-reproducible
+
+## helm, built from Go modules into the rig cache (deploy/tools/build-helm.sh).
+helm:
+	$(HELM_BUILD)
+
+## Render deploy/kubegpu.yaml from the chart (checked in).
+manifests: $(STAMP)
+	$(BIN)/python deploy/tools/manifests.py render --helm "$$($(HELM_BUILD))"
+
+## Fail when deploy/kubegpu.yaml is not what the chart renders, or when `helm lint` complains.
+manifests-check: $(STAMP)
+	$(BIN)/python deploy/tools/manifests.py check --helm "$$($(HELM_BUILD))"
