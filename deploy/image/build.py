@@ -60,7 +60,12 @@ MIRROR = "http://deb.debian.org/debian"
 DEB_PACKAGES = ("python3-minimal", "libpython3.11-stdlib", "libstdc++6")
 DEB_EXCLUDE = frozenset({"dpkg", "tar"})  # only there for maintainer scripts, which never run here
 PYTHON = "3.11"
-PLATFORMS = ("manylinux_2_34_x86_64", "manylinux_2_28_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64")
+PLATFORMS = (
+    "manylinux_2_34_x86_64",
+    "manylinux_2_28_x86_64",
+    "manylinux_2_17_x86_64",
+    "manylinux2014_x86_64",
+)
 SITE = "usr/lib/python3/dist-packages"
 NONROOT_UID = 65532
 DEFAULT_TAG = "kubegpu.local/kubegpu:{version}"
@@ -207,7 +212,9 @@ def _deb_data(deb: Path) -> tuple[str, bytes]:
     if data_name is None:
         raise BuildError(f"{deb.name}: no data.tar member")
     if data_name.endswith(".zst"):  # tarfile cannot read zstd; dpkg-deb can
-        data = subprocess.run(["dpkg-deb", "--fsys-tarfile", str(deb)], capture_output=True, check=True).stdout
+        data = subprocess.run(
+            ["dpkg-deb", "--fsys-tarfile", str(deb)], capture_output=True, check=True
+        ).stdout
     else:
         with tarfile.open(fileobj=io.BytesIO(members[data_name]), mode="r:*") as tin:
             buf = io.BytesIO()
@@ -384,7 +391,12 @@ def _smoke(entries: dict[str, Entry], work: Path) -> None:
     with tarfile.open(fileobj=io.BytesIO(layer_tar(entries, 0)), mode="r:") as tar:
         tar.extractall(root, filter="fully_trusted")
     env = {"PATH": "/usr/bin", "PYTHONDONTWRITEBYTECODE": "1", "LANG": "C.UTF-8"}
-    argv = [shutil.which("chroot") or "/usr/sbin/chroot", "--userspec", f"{NONROOT_UID}:{NONROOT_UID}", str(root)]
+    argv = [
+        shutil.which("chroot") or "/usr/sbin/chroot",
+        "--userspec",
+        f"{NONROOT_UID}:{NONROOT_UID}",
+        str(root),
+    ]
     proc = subprocess.run(
         [*argv, "/usr/bin/python3", "-m", "kubegpu", "agent", "--help"],
         capture_output=True,
@@ -409,8 +421,12 @@ def _prune_records(site: Path) -> None:
     """Drop RECORD lines of files removed above, so RECORD names exactly what the image holds."""
     for record in sorted(site.glob("*.dist-info/RECORD")):
         lines = record.read_text().splitlines()
-        kept = [ln for ln in lines if (site / ln.split(",", 1)[0]).resolve().is_relative_to(site.resolve())
-                and (site / ln.split(",", 1)[0]).exists()]
+        kept = [
+            ln
+            for ln in lines
+            if (site / ln.split(",", 1)[0]).resolve().is_relative_to(site.resolve())
+            and (site / ln.split(",", 1)[0]).exists()
+        ]
         record.write_text("".join(f"{ln}\n" for ln in kept))
 
 
@@ -452,7 +468,8 @@ def build(out: Path, *, cache: Path, tag: str, mtime: int, smoke: bool = True) -
     tmp_out.rename(out)
     size_mb = sum(len(e.data or b"") for e in entries.values()) / 1e6
     log(
-        f"wrote {out} ({len(archive) / 1e6:.1f} MB archive, {size_mb:.1f} MB unpacked, {len(entries)} entries) "
+        f"wrote {out} ({len(archive) / 1e6:.1f} MB archive, {size_mb:.1f} MB unpacked, "
+        f"{len(entries)} entries) "
         f"tag {tag} image ID {image_id} archive sha256:{hashlib.sha256(archive).hexdigest()} "
         f"in {time.monotonic() - t0:.1f} s"
     )
