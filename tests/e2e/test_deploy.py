@@ -225,7 +225,11 @@ def test_a_killed_agent_pod_is_replaced_and_running_gpu_pods_keep_their_gpus(
         # `kubegpu doctor cluster` recognises kubegpu's DaemonSet pod as the device plugin
         env = {**os.environ, "KUBECONFIG": str(rig.paths.kubeconfig)}
         doctor = subprocess.run(
-            kubegpu_argv("doctor", "cluster", "--json"), capture_output=True, text=True, env=env, check=False
+            kubegpu_argv("doctor", "cluster", "--node", NODE_NAME, "--json", "-v"),
+            capture_output=True,
+            text=True,
+            env=env,
+            check=False,
         )
         assert second["metadata"]["name"] in doctor.stdout, doctor.stdout[-3000:] + doctor.stderr[-2000:]
         cluster.delete_namespace(ns)
