@@ -104,13 +104,20 @@ case "$visible" in
   *) ids=$(printf '%s' "$visible" | tr ',' ' ') ;;
 esac
 
+# GPUs with a visible MIG instance are listed too, as their parent (as nvidia-smi -L does)
+mig_parents=$(data | while IFS='|' read -r kind index uuid name mem bus gi; do
+  [ "$kind" = MIG ] && wanted "$index:$gi" "$uuid" && echo "<$index>"
+done)
+
 # visible rows: N|kind|host index|uuid|name|memory|bus|gi ; a MIG row is visible with its own UUID
 rows() {
   n=0
   data | while IFS='|' read -r kind index uuid name mem bus gi; do
     [ -n "$kind" ] || continue
     if [ "$kind" = GPU ]; then
-      if wanted "$index" "$uuid"; then
+      parent=no
+      case "$mig_parents" in *"<$index>"*) parent=yes ;; esac
+      if [ "$parent" = yes ] || wanted "$index" "$uuid"; then
         echo "$n|GPU|$index|$uuid|$name|$mem|$bus|"
         n=$((n + 1))
       fi

@@ -96,3 +96,17 @@ def test_allocation_carries_extra_mounts_for_every_strategy() -> None:
     assert answer.mounts == (mount,)
     assert answer.envs["NVIDIA_VISIBLE_DEVICES"] == UUIDS[0]
     assert build_allocation(resource, resource.devices[:1], config).mounts == ()
+
+
+@pytest.mark.parametrize("shell", SHELLS)
+def test_a_visible_mig_instance_is_listed_under_its_parent_gpu(shell: str, tmp_path: Path) -> None:
+    node = load_node("builtin:h100-mig-mixed")
+    script = nvidia_smi.install(node, tmp_path)
+    gpu, mig = node.gpus[0], node.gpus[0].mig_instances[1]
+    argv = [shell, str(script), "-L"] if not shell.endswith("busybox") else [shell, "sh", str(script), "-L"]
+    env = {"PATH": os.environ["PATH"], "NVIDIA_VISIBLE_DEVICES": str(mig.uuid)}
+    out = subprocess.run(argv, capture_output=True, text=True, env=env, check=True).stdout
+    assert out.splitlines() == [
+        f"GPU 0: NVIDIA H100 80GB HBM3 (UUID: {gpu.uuid})",
+        f"  MIG {mig.profile} Device {mig.gi_index}: (UUID: {mig.uuid})",
+    ]
