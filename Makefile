@@ -19,8 +19,9 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(BIN)/kubegpu demo
 
-## The whole test command: everything in `check`, then the e2e suite (docs/testing.md).
-test: check e2e
+## The whole test command: helm (for the chart checks), everything in `check`, the e2e suite
+## (docs/testing.md), then the image's reproducibility check (docs/deploy.md).
+test: helm check e2e image-reproducible
 
 ## Lint, types, layer contracts, unit and integration tests: no root, no cluster.
 check: $(STAMP) lint typecheck
@@ -65,3 +66,29 @@ rig-down:
 ## The e2e suite (starts the rig if `make rig-up` has not; KUBEGPU_RIG_KEEP=1 leaves it running).
 e2e: $(STAMP)
 	$(BIN)/python -m pytest -q -m e2e tests/e2e
+
+## Deployment (deploy/, docs/deploy.md). `test` runs `helm` and `image-reproducible`; the e2e suite
+## builds and imports the image; `check` runs the manifests' staleness and lint check once helm is built.
+.PHONY: image image-reproducible helm manifests manifests-check helm-lint
+IMAGE_OUT ?= build/image/kubegpu.tar
+HELM_BUILD := deploy/tools/build-helm.sh
+
+## The container image as a docker-archive, without Docker (deploy/image/build.py; needs mmdebstrap).
+image: $(STAMP)
+	$(BIN)/python deploy/image/build.py --out $(IMAGE_OUT)
+
+## Build the image twice and fail unless both archives are byte-identical.
+image-reproducible: $(STAMP)
+	$(BIN)/python deploy/image/build.py --check-reproducible
+
+## helm, built from Go modules into the rig cache (deploy/tools/build-helm.sh).
+helm:
+	$(HELM_BUILD)
+
+## Render deploy/kubegpu.yaml from the chart (checked in).
+manifests: $(STAMP)
+	$(BIN)/python deploy/tools/manifests.py render --helm "$$($(HELM_BUILD))"
+
+## Fail when deploy/kubegpu.yaml is not what the chart renders, or when `helm lint` complains.
+manifests-check: $(STAMP)
+	$(BIN)/python deploy/tools/manifests.py check --helm "$$($(HELM_BUILD))"

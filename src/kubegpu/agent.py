@@ -16,7 +16,17 @@
    ones stopped; a server whose resource did not change keeps its socket and its streams. If a new
    server cannot start, nothing changes;
 7. ``stop()`` (SIGTERM) wins over everything: no server starts once it is asked for, an in-flight
-   registration is abandoned, every server stops and its socket is removed, within a few seconds.
+   registration is abandoned, every server stops and its socket is removed, within a few seconds;
+8. with ``failOnInitError=false`` a node whose GPUs cannot be read (no driver, NVML missing) keeps the
+   agent alive serving nothing; it logs why and retries every ``init_retry_s`` until the GPUs appear,
+   then serves them;
+9. a changed config file is picked up like SIGHUP: its resolved path, inode, size and mtime are
+   watched (kubelet updates a mounted ConfigMap by swapping a ``..data`` symlink), and a reload runs
+   when its content differs from the one last loaded;
+10. in simulated mode (``--node-spec``) with ``--simulated-nvidia-smi`` it writes a stand-in
+    ``nvidia-smi`` script into ``<plugin dir>/kubegpu-sim/`` and Allocate mounts it into containers
+    (``deviceplugin/nvidia_smi.py``); real mode never does;
+11. ``--health-address`` serves ``/healthz`` and ``/readyz`` for kubelet's probes (``probes.py``).
 
 The plugin directory is made absolute once, when the agent is built (gRPC's ``unix://`` needs it).
 """
@@ -24,6 +34,7 @@ The plugin directory is made absolute once, when the agent is built (gRPC's ``un
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import logging
 import os
 import signal
@@ -36,10 +47,12 @@ from types import FrameType
 from typing import TYPE_CHECKING
 
 from kubegpu.backoff import Backoff, describe
+from kubegpu.deviceplugin import nvidia_smi
 from kubegpu.deviceplugin.config import AgentConfig, load_config
 from kubegpu.deviceplugin.inventory import Inventory, Resource, build_inventory
 from kubegpu.deviceplugin.kubelet_socket import SocketIdentity, socket_identity
 from kubegpu.deviceplugin.plugin import ResourcePlugin
+from kubegpu.deviceplugin.response import MountSpec
 from kubegpu.deviceplugin.server import REGISTER_TIMEOUT_S, PluginServer, register
 from kubegpu.deviceplugin.sockets import make_dirs, too_long
 from kubegpu.echo import clip
@@ -47,6 +60,7 @@ from kubegpu.errors import InputError, KubegpuError, RegistrationFailed, SourceE
 from kubegpu.health.tracker import HealthTracker
 from kubegpu.model.event import GpuEvent
 from kubegpu.model.node import Node
+from kubegpu.probes import ProbeServer
 from kubegpu.sources.faults import FaultFileFollower
 
 if TYPE_CHECKING:
@@ -58,6 +72,8 @@ log = logging.getLogger(__name__)
 
 DEFAULT_DEVICE_PLUGIN_DIR = Path("/var/lib/kubelet/device-plugins")
 KUBELET_SOCKET_NAME = "kubelet.sock"
+SIM_TOOLS_DIR = "kubegpu-sim"  # under the plugin dir: the simulated nvidia-smi
+INIT_RETRY_S = 30.0  # NVIDIA's plugin retries a failed start after 30 s
 STOP_BUDGET_S = 3.0  # stop() to exit, whatever kubelet does (docs/agent.md promises < 5 s)
 
 
@@ -76,6 +92,9 @@ class AgentOptions:
     watch_interval_s: float = 0.1
     max_backoff_s: float = 5.0
     register_timeout_s: float = REGISTER_TIMEOUT_S
+    health_address: str | None = None  # HOST:PORT for /healthz and /readyz; None: no endpoint
+    init_retry_s: float = INIT_RETRY_S
+    simulated_nvidia_smi: bool = False  # --node-spec only: mount a stand-in nvidia-smi into containers
 
     @property
     def kubelet_socket_path(self) -> Path | None:
@@ -115,11 +134,41 @@ class Agent:
         self.config: AgentConfig | None = None
         self.inventory: Inventory | None = None
         self.tracker: HealthTracker | None = None
+        self.init_error: str | None = None  # why the GPUs could not be read (failOnInitError=false)
+        self._init_failures = 0
+        self._next_init_at = 0.0
+        self._config_seen: tuple[object, ...] | None = None  # identity of the config file last loaded
+        self._config_digest: str | None = None
+        self._sim_mounts: tuple[MountSpec, ...] = ()
+        self._probes: ProbeServer | None = None
 
     # -- building ---------------------------------------------------------------------------------
 
+    def _config_identity(self) -> tuple[object, ...] | None:
+        path = self.options.config_file
+        if path is None:
+            return None
+        try:
+            real = os.path.realpath(path)
+            st = os.stat(real)
+        except OSError:
+            return None
+        return (real, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+
+    def _config_content_digest(self) -> str | None:
+        path = self.options.config_file
+        if path is None:
+            return None
+        try:
+            return hashlib.sha256(path.read_bytes()).hexdigest()
+        except OSError:
+            return None
+
     def _load_config(self) -> AgentConfig:
-        return load_config(self.options.config_file, env=self.options.env, cli=self.options.cli_overrides)
+        identity, digest = self._config_identity(), self._config_content_digest()
+        config = load_config(self.options.config_file, env=self.options.env, cli=self.options.cli_overrides)
+        self._config_seen, self._config_digest = identity, digest
+        return config
 
     def _load_node(self) -> Node:
         if self.options.use_nvml:
@@ -134,12 +183,31 @@ class Agent:
 
         return load_node(self.options.node_spec)
 
-    @staticmethod
     def _plugin(
-        resource: Resource, inventory: Inventory, config: AgentConfig, tracker: HealthTracker
+        self, resource: Resource, inventory: Inventory, config: AgentConfig, tracker: HealthTracker
     ) -> ResourcePlugin:
         return ResourcePlugin(
-            resource=resource, topology=inventory.node.topology, config=config, tracker=tracker
+            resource=resource,
+            topology=inventory.node.topology,
+            config=config,
+            tracker=tracker,
+            extra_mounts=self._sim_mounts,
+        )
+
+    @staticmethod
+    def _tracker(node: Node, config: AgentConfig) -> HealthTracker:
+        aliases: dict[str, int] = {str(g.uuid): g.index for g in node.gpus}
+        aliases.update({str(m.uuid): g.index for g in node.gpus for m in g.mig_instances})
+        return HealthTracker(gpu_count=len(node.gpus), aliases=aliases, policy=config.health)
+
+    def _install_sim_tools(self, node: Node) -> None:
+        """Simulated mode: (re)write the stand-in nvidia-smi and mount it into every allocation."""
+        if not self.options.simulated_nvidia_smi or self.options.node_spec is None or not node.gpus:
+            return
+        path = nvidia_smi.install(node, self.options.device_plugin_dir / SIM_TOOLS_DIR)
+        self._sim_mounts = tuple(
+            MountSpec(container_path=p, host_path=str(path), read_only=True)
+            for p in nvidia_smi.CONTAINER_PATHS
         )
 
     def _plugins(self, inventory: Inventory, config: AgentConfig, tracker: HealthTracker) -> list[_Slot]:
@@ -160,12 +228,10 @@ class Agent:
         except SourceError as exc:
             if config.fail_on_init_error:
                 raise
-            log.error("no GPUs readable; serving nothing (failOnInitError=false)", extra={"error": str(exc)})
+            self._init_failed(exc)
             node = Node(name=os.uname().nodename, gpus=(), topology=None)
         inventory = build_inventory(node, config)
-        aliases: dict[str, int] = {str(g.uuid): g.index for g in node.gpus}
-        aliases.update({str(m.uuid): g.index for g in node.gpus for m in g.mig_instances})
-        tracker = HealthTracker(gpu_count=len(node.gpus), aliases=aliases, policy=config.health)
+        tracker = self._tracker(node, config)
         fault_file = self.options.fault_file
         if fault_file is not None and (fault_file.is_dir() or not fault_file.absolute().parent.is_dir()):
             what = "is a directory" if fault_file.is_dir() else "its directory does not exist"
@@ -184,6 +250,13 @@ class Agent:
             ) from exc
         for warning in (*config.warnings, *inventory.warnings):
             log.warning(warning)
+        try:
+            self._install_sim_tools(node)
+        except OSError as exc:
+            raise InputError(
+                f"--device-plugin-dir {plugin_dir}: cannot write the simulated nvidia-smi: "
+                f"{exc.strerror or exc}"
+            ) from exc
         with self._lock:
             self.node, self.config, self.inventory, self.tracker = node, config, inventory, tracker
             self._slots = self._plugins(inventory, config, tracker)
@@ -207,14 +280,121 @@ class Agent:
         if self.options.fault_file is not None:
             self._fault_follower = FaultFileFollower(self.options.fault_file, self.apply_event)
             self._fault_follower.start()
-        if self._nvml_source is not None:
+        self._start_nvml_watch()
+        self._supervisor = threading.Thread(target=self._supervise, name="registration", daemon=True)
+        self._supervisor.start()
+        if self.options.health_address:
+            probes = ProbeServer(self.options.health_address, healthz=self.healthz, readyz=self.readyz)
+            try:
+                probes.start()
+            except BaseException:
+                self.stop()
+                raise
+            self._probes = probes
+
+    def _start_nvml_watch(self) -> None:
+        if self._nvml_source is not None and self._nvml_thread is None:
             source = self._nvml_source
             self._nvml_thread = threading.Thread(
                 target=source.watch_health, args=(self._nvml_stop, self.apply_event), name="nvml", daemon=True
             )
             self._nvml_thread.start()
-        self._supervisor = threading.Thread(target=self._supervise, name="registration", daemon=True)
-        self._supervisor.start()
+
+    # -- failOnInitError=false: retry reading the GPUs --------------------------------------------
+
+    def _init_failed(self, exc: SourceError) -> None:
+        self._init_failures += 1
+        self.init_error = str(exc)
+        self._next_init_at = self._clock() + self.options.init_retry_s
+        log.error(
+            "no GPUs readable; serving nothing and retrying (failOnInitError=false)",
+            extra={
+                "error": str(exc),
+                "failures": self._init_failures,
+                "retry_in_s": self.options.init_retry_s,
+            },
+        )
+
+    def _retry_init(self) -> None:
+        """Called by the supervisor while ``init_error`` is set: read the GPUs again; serve them if found."""
+        if self.init_error is None or self._clock() < self._next_init_at or self._stop.is_set():
+            return
+        try:
+            node = self._load_node()
+        except SourceError as exc:
+            self._init_failed(exc)
+            return
+        config = self.config
+        assert config is not None
+        self._install_sim_tools(node)
+        with self._lock:
+            self.node = node
+            self.tracker = self._tracker(node, config)
+            self.init_error = None
+        log.info(
+            "GPUs readable now; serving them", extra={"gpus": len(node.gpus), "after": self._init_failures}
+        )
+        self._start_nvml_watch()
+        self.reload()
+
+    # -- config file changes ----------------------------------------------------------------------
+
+    def _config_changed(self) -> bool:
+        """True when the config file now has other content than the one last loaded."""
+        identity = self._config_identity()
+        if identity is None or identity == self._config_seen:
+            return False
+        digest = self._config_content_digest()
+        if digest is not None and digest == self._config_digest:
+            self._config_seen = identity  # same bytes behind a new symlink or inode
+            return False
+        return True
+
+    def _watch_inputs(self) -> None:
+        self._retry_init()
+        if self._stop.is_set():
+            return
+        if self._config_changed():
+            log.info("config file changed; reloading", extra={"file": str(self.options.config_file)})
+            if not self.reload():
+                self._config_seen = self._config_identity()  # rejected: wait for the next change
+        node = self.node
+        if node is not None and self._sim_mounts and not Path(self._sim_mounts[0].host_path).exists():
+            self._install_sim_tools(node)  # kubelet wiped the plugin dir on restart
+
+    # -- probes -----------------------------------------------------------------------------------
+
+    def healthz(self) -> tuple[bool, dict[str, object]]:
+        """Alive: the supervisor (registration, restarts, reloads) is running."""
+        alive = self._supervisor is not None and self._supervisor.is_alive() and not self._stop.is_set()
+        return alive, {"status": "alive" if alive else "stopping or supervisor dead"}
+
+    def readyz(self) -> tuple[bool, dict[str, object]]:
+        """Ready: GPUs read, and every resource's server serving and (when registering) registered."""
+        registering = self.options.kubelet_socket_path is not None
+        with self._lock:
+            if self.init_error is not None:
+                return False, {"reason": f"GPUs not readable (retrying): {self.init_error}"}
+            resources = {
+                str(s.server.plugin.resource.name): {
+                    "serving": s.server.serving,
+                    "registered": s.registered_with is not None,
+                }
+                for s in self._slots
+            }
+        waiting = [
+            name
+            for name, state in resources.items()
+            if not state["serving"] or (registering and not state["registered"])
+        ]
+        if self._stop.is_set():
+            return False, {"reason": "stopping", "resources": resources}
+        if waiting:
+            return False, {
+                "reason": f"not serving or not registered: {', '.join(waiting)}",
+                "resources": resources,
+            }
+        return True, {"resources": resources}
 
     def apply_event(self, observed: GpuEvent) -> None:
         """Hand a source's observation to the health tracker (the two layers meet only here)."""
@@ -275,6 +455,7 @@ class Agent:
         delay = self.options.watch_interval_s
         while not self._stop.wait(delay):
             try:
+                self._watch_inputs()
                 self._tick(kubelet)
             except Exception as exc:
                 delay = max(backoff.failed(), self.options.watch_interval_s)
@@ -423,6 +604,8 @@ class Agent:
         """
         self._stop.set()
         deadline = time.monotonic() + STOP_BUDGET_S
+        if self._probes is not None:
+            self._probes.stop()
         if self.tracker is not None:
             self.tracker.wake()
         if self._fault_follower is not None:

@@ -29,6 +29,7 @@ from tests.e2e.rig import images
 from tests.e2e.rig.rig import DEVICE_PLUGIN_DIR, NODE_NAME, Rig, RigError, build, preflight
 
 E2E_DIR = Path(__file__).resolve().parent
+HELM_BUILD = E2E_DIR.parents[1] / "deploy" / "tools" / "build-helm.sh"
 IN_CI = os.environ.get("CI", "").lower() == "true"
 _current_logs: list[Callable[[], str]] = []
 _build: dict[str, Any] = {}  # outcome of the binary build done before the first test (seconds or error)
@@ -78,6 +79,18 @@ def pytest_collection_finish(session: pytest.Session) -> None:
             _build["seconds"] = build(paths)  # build.sh's progress goes straight to the terminal
         except RigError as exc:
             _stop_session(f"the rig's binaries could not be built: {exc}")
+        if any(Path(str(i.path)).name == "test_deploy.py" for i in session.items):
+            # helm takes about 11 minutes cold: built here, not inside a test's timeout.
+            proc = subprocess.run([str(HELM_BUILD)], stdout=subprocess.PIPE, text=True, check=False)
+            if proc.returncode != 0:
+                _stop_session(f"helm could not be built ({HELM_BUILD} exit {proc.returncode}; output above)")
+            _build["helm"] = proc.stdout.strip()
+
+
+def prebuilt_helm() -> str | None:
+    """The helm binary the session built before its first test, if it did."""
+    helm = _build.get("helm")
+    return str(helm) if helm else None
 
 
 def _stop_session(message: str) -> None:

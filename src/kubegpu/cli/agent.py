@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from typer.core import TyperCommand
 
 from kubegpu.deviceplugin.config import CLI_FLAGS, SETTINGS, Setting
 from kubegpu.echo import shorten
@@ -128,11 +129,44 @@ def _with_setting_options(command: Callable[..., None]) -> Callable[..., None]:
     return run
 
 
+_BOOL_FLAGS = frozenset(s.flag for s in SETTINGS if s.flag and isinstance(s.default, bool))
+_TRUE, _FALSE = {"true", "1", "yes", "on"}, {"false", "0", "no", "off"}
+
+
+def nvidia_bool_flags(args: list[str]) -> list[str]:
+    """``--fail-on-init-error=false`` (NVIDIA's spelling of a boolean flag) -> ``--no-fail-on-init-error``.
+
+    NVIDIA's DaemonSets pass ``--flag=true|false``; click's boolean flags take no value, so each such
+    argument of a boolean setting is rewritten before parsing. Arguments after ``--`` are left alone."""
+    out: list[str] = []
+    for i, arg in enumerate(args):
+        if arg == "--":
+            return out + args[i:]
+        flag, sep, value = arg.partition("=")
+        if not sep or flag not in _BOOL_FLAGS:
+            out.append(arg)
+        elif value.strip().lower() in _TRUE:
+            out.append(flag)
+        elif value.strip().lower() in _FALSE:
+            out.append("--no-" + flag[2:])
+        else:
+            raise typer.BadParameter(
+                f"{shorten(value)} is not a boolean; give true or false", param_hint=flag
+            )
+    return out
+
+
+class _AgentCommand(TyperCommand):
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:  # typer vendors click's Context
+        return super().parse_args(ctx, nvidia_bool_flags(args))
+
+
 def register(app: typer.Typer) -> None:
     """Add the ``agent`` command."""
 
     @app.command(
         "agent",
+        cls=_AgentCommand,
         epilog="Examples: kubegpu agent --node-spec builtin:seed-8gpu --device-plugin-dir /tmp/dp · "
         "kubegpu agent --nvml --config /etc/kubegpu/config.yaml · "
         "kubegpu agent --node-spec node.yaml --fault-file faults.jsonl",
@@ -182,6 +216,34 @@ def register(app: typer.Typer) -> None:
         log_level: Annotated[
             str, typer.Option("--log-level", envvar="LOG_LEVEL", help="debug | info | warning | error")
         ] = "info",
+        health_address: Annotated[
+            str | None,
+            typer.Option(
+                "--health-address",
+                envvar="HEALTH_ADDRESS",
+                help="Serve /healthz (alive) and /readyz (all resources served and registered) over "
+                "HTTP on HOST:PORT or :PORT, for kubelet's probes. Default: off.",
+            ),
+        ] = None,
+        init_retry_interval: Annotated[
+            float,
+            typer.Option(
+                "--init-retry-interval",
+                envvar="INIT_RETRY_INTERVAL",
+                min=0.1,
+                help="Seconds between attempts to read the GPUs again after an init failure under "
+                "--fail-on-init-error=false (NVIDIA's plugin waits 30 s).",
+            ),
+        ] = 30.0,
+        simulated_nvidia_smi: Annotated[
+            bool,
+            typer.Option(
+                "--simulated-nvidia-smi",
+                envvar="SIMULATED_NVIDIA_SMI",
+                help="With --node-spec: Allocate mounts a stand-in nvidia-smi (a /bin/sh script written "
+                "under the plugin dir) that lists the container's simulated GPUs.",
+            ),
+        ] = False,
         settings: Mapping[str, object],
     ) -> None:
         """Run the kubelet device plugin: advertise GPUs, pick topology-aware sets, report health."""
@@ -190,6 +252,8 @@ def register(app: typer.Typer) -> None:
 
         if nvml and node_spec:
             raise InputError("--nvml and --node-spec are mutually exclusive: pick real or simulated GPUs")
+        if simulated_nvidia_smi and not node_spec:
+            raise InputError("--simulated-nvidia-smi needs --node-spec: real GPUs bring the real nvidia-smi")
         if log_level.upper() not in {"DEBUG", "INFO", "WARNING", "ERROR"}:
             raise InputError(
                 f"--log-level: {shorten(log_level)} is not allowed; allowed: debug, info, warning, error"
@@ -204,5 +268,8 @@ def register(app: typer.Typer) -> None:
             cli_overrides=settings,
             fault_file=fault_file,
             env=dict(os.environ),
+            health_address=health_address or None,
+            init_retry_s=init_retry_interval,
+            simulated_nvidia_smi=simulated_nvidia_smi,
         )
         Agent(options).run_until_signalled()

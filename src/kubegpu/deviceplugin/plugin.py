@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from kubegpu.deviceplugin.config import AgentConfig
 from kubegpu.deviceplugin.inventory import Device, Resource, ResourceKind
 from kubegpu.deviceplugin.policies import ALLOCATION_POLICIES, REPLICA_POLICIES
-from kubegpu.deviceplugin.response import ContainerAllocation, build_allocation
+from kubegpu.deviceplugin.response import ContainerAllocation, MountSpec, build_allocation
 from kubegpu.echo import shorten
 from kubegpu.errors import DeviceRequestError, DeviceRequestProblem
 from kubegpu.health.tracker import HealthTracker
@@ -50,8 +50,10 @@ class ResourcePlugin:
         config: AgentConfig,
         tracker: HealthTracker,
         annotation_id: Callable[[], str] = lambda: str(uuid.uuid4()),
+        extra_mounts: tuple[MountSpec, ...] = (),
     ) -> None:
         self.resource = resource
+        self._extra_mounts = extra_mounts  # simulated mode: the stand-in nvidia-smi
         self._topology = topology
         self._config = config
         self._tracker = tracker
@@ -182,7 +184,13 @@ class ResourcePlugin:
 
     def allocate(self, device_ids: Sequence[str]) -> ContainerAllocation:
         devices = self.validate(device_ids)
-        return build_allocation(self.resource, devices, self._config, annotation_id=self._annotation_id)
+        return build_allocation(
+            self.resource,
+            devices,
+            self._config,
+            annotation_id=self._annotation_id,
+            extra_mounts=self._extra_mounts,
+        )
 
     def allocate_containers(self, requests: Sequence[Sequence[str]]) -> list[ContainerAllocation]:
         """One answer per container request; all are validated before any is built.

@@ -75,12 +75,16 @@ def build_allocation(
     config: AgentConfig,
     *,
     annotation_id: Callable[[], str] = lambda: str(uuid.uuid4()),
+    extra_mounts: Sequence[MountSpec] = (),
 ) -> ContainerAllocation:
-    """The container response for ``devices`` of ``resource`` (already validated by the caller)."""
+    """The container response for ``devices`` of ``resource`` (already validated by the caller).
+
+    ``extra_mounts`` (simulated mode only: the stand-in ``nvidia-smi``) are added to every strategy's
+    answer, CDI-only included, since no runtime hook will provide a tool for simulated GPUs."""
     visible = _visible(devices, config)
     strategies = config.device_list_strategies
     envs: dict[str, str] = {}
-    mounts: list[MountSpec] = []
+    mounts: list[MountSpec] = list(extra_mounts)
     annotations: dict[str, str] = {}
     cdi: list[str] = []
     cdi_names = [f"{config.cdi_kind}={v}" for v in visible]

@@ -56,6 +56,7 @@ REQUIRED_PACKAGES = {
     "/bin/busybox": "busybox-static",
     "/usr/bin/openssl": "openssl",
     "/usr/sbin/iptables": "iptables",
+    "/usr/bin/mmdebstrap": "mmdebstrap",  # the kubegpu image's root file system (deploy/image/build.py)
 }
 
 
@@ -772,11 +773,16 @@ state = "{d / "state"}"
     def ctr(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
         return _run(["ctr", f"--address={self.paths.containerd_sock}", "-n", "k8s.io", *args], check=check)
 
+    def import_image(self, tar: Path, tag: str) -> None:
+        """Import a docker-archive into containerd's ``k8s.io`` namespace (the one the CRI sees) and
+        check that ``tag`` is there; used for the rig's own images and for kubegpu's (``make image``)."""
+        self.ctr("images", "import", str(tar))
+        if tag not in self.ctr("images", "ls", "-q").stdout.split():
+            raise RigError(f"image {tag} is not in containerd's k8s.io namespace after import")
+
     def _import_images(self) -> None:
         for tag, tar in images.write_images(self.paths.state / "images").items():
-            self.ctr("images", "import", str(tar))
-            if tag not in self.ctr("images", "ls", "-q").stdout.split():
-                raise RigError(f"image {tag} is not in containerd's k8s.io namespace after import")
+            self.import_image(tar, tag)
 
     def _kubelet_config(self, ip: str) -> dict[str, Any]:
         return {

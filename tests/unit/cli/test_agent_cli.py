@@ -68,6 +68,9 @@ CLI_ONLY = {
     "--fault-file",
     "--kubelet-socket",
     "--log-level",
+    "--health-address",
+    "--init-retry-interval",
+    "--simulated-nvidia-smi",
 }
 
 
@@ -143,3 +146,41 @@ def test_each_setting_flag_reaches_the_agent_under_its_setting_name(cli, monkeyp
     given = {k: v for k, v in overrides.items() if v is not None}
     assert given == {"mig_strategy": "mixed", "fail_on_init_error": False, "replica_policy": "packed"}
     assert options.node_spec == "builtin:seed-8gpu"  # type: ignore[attr-defined]
+
+
+def test_boolean_settings_take_nvidias_equals_spelling(cli, monkeypatch, tmp_path) -> None:
+    seen: list[object] = []
+
+    class FakeAgent:
+        def __init__(self, options: object) -> None:
+            seen.append(options)
+
+        def run_until_signalled(self) -> None:
+            pass
+
+    monkeypatch.setattr("kubegpu.agent.Agent", FakeAgent)
+    monkeypatch.setattr("kubegpu.cli.agent._setup_logging", lambda level: None)
+    base = ("agent", "--node-spec", "builtin:seed-8gpu", "--device-plugin-dir", str(tmp_path))
+    for spelling, want in (("--fail-on-init-error=false", False), ("--fail-on-init-error=true", True)):
+        res = cli(*base, spelling, "--health-address", ":8080")
+        assert res.code == 0, res.err
+        assert seen[-1].cli_overrides["fail_on_init_error"] is want  # type: ignore[attr-defined]
+        assert seen[-1].health_address == ":8080"  # type: ignore[attr-defined]
+    res = cli(*base, "--fail-on-init-error=maybe")
+    assert res.code == 2 and "not a boolean" in res.err
+
+
+def test_nvidia_bool_flags_leaves_other_arguments_alone() -> None:
+    from kubegpu.cli.agent import nvidia_bool_flags
+
+    assert nvidia_bool_flags(["--fail-on-init-error=0", "--mig-strategy=mixed", "--", "--x=false"]) == [
+        "--no-fail-on-init-error",
+        "--mig-strategy=mixed",
+        "--",
+        "--x=false",
+    ]
+
+
+def test_simulated_nvidia_smi_needs_a_node_spec(cli, tmp_path) -> None:
+    res = cli("agent", "--nvml", "--simulated-nvidia-smi", "--device-plugin-dir", str(tmp_path))
+    assert res.code != 0 and "--simulated-nvidia-smi needs --node-spec" in res.err

@@ -1,0 +1,99 @@
+"""The agent's HTTP health endpoint for kubelet's probes: ``/healthz`` (alive) and ``/readyz`` (ready).
+
+Why: as a DaemonSet the agent needs liveness and readiness probes that say something true.
+``/healthz`` answers 200 while the process's serving loop runs (a wedged or crashed agent stops
+answering, and kubelet restarts it); ``/readyz`` answers 200 only when every resource's gRPC server is
+serving and registered with kubelet, and 503 with the reason otherwise (GPUs not readable yet under
+``--fail-on-init-error=false``, a server down, a registration pending). Both bodies are one JSON object.
+
+Standard library only (``http.server`` in a daemon thread); the checks are callables, so tests drive
+the real server with fake agents.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from collections.abc import Callable, Mapping
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from kubegpu.errors import InputError
+
+__all__ = ["Check", "ProbeServer", "parse_address"]
+
+log = logging.getLogger(__name__)
+
+# A check returns (ok, details); details become the JSON body next to "ok".
+Check = Callable[[], tuple[bool, Mapping[str, object]]]
+
+
+def parse_address(address: str) -> tuple[str, int]:
+    """``HOST:PORT``, ``:PORT`` (all interfaces) or ``[V6]:PORT`` -> (host, port)."""
+    host, sep, port_text = address.rpartition(":")
+    if not sep or not port_text.isdigit() or not 0 <= int(port_text) <= 65535:
+        raise InputError(f"--health-address {address!r}: give HOST:PORT or :PORT, e.g. :8080")
+    return host.strip("[]") or "0.0.0.0", int(port_text)
+
+
+class ProbeServer:
+    """Serves ``/healthz`` and ``/readyz`` on ``address`` from a daemon thread."""
+
+    def __init__(self, address: str, *, healthz: Check, readyz: Check) -> None:
+        self._host, self._port = parse_address(address)
+        self._checks = {"/healthz": healthz, "/readyz": readyz}
+        self._server: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+
+    @property
+    def port(self) -> int:
+        """The bound port (useful with port 0)."""
+        assert self._server is not None
+        return int(self._server.server_address[1])
+
+    def start(self) -> None:
+        checks = self._checks
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                check = checks.get(self.path.split("?", 1)[0])
+                if check is None:
+                    self._reply(404, {"ok": False, "error": f"no such endpoint {self.path[:100]}"})
+                    return
+                try:
+                    ok, details = check()
+                except Exception as exc:
+                    log.warning("health check failed", extra={"path": self.path, "error": str(exc)})
+                    ok, details = False, {"error": str(exc)}
+                self._reply(200 if ok else 503, {"ok": ok, **details})
+
+            def _reply(self, status: int, body: Mapping[str, object]) -> None:
+                data = (json.dumps(body, default=str, sort_keys=True) + "\n").encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, format: str, *args: object) -> None:
+                del format, args  # kubelet probes every few seconds; don't log each one
+
+        try:
+            self._server = ThreadingHTTPServer((self._host, self._port), Handler)
+        except OSError as exc:
+            raise InputError(
+                f"--health-address {self._host}:{self._port}: cannot listen: {exc.strerror or exc}"
+            ) from exc
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever, name="probes", daemon=True)
+        self._thread.start()
+        log.info("health endpoint serving", extra={"address": f"{self._host}:{self.port}"})
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+        if self._thread is not None:
+            self._thread.join(timeout=2)
+            self._thread = None

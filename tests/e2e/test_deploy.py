@@ -1,0 +1,243 @@
+"""kubegpu deployed as users deploy it: the image (`make image`) imported into the rig's containerd, the
+agent as a DaemonSet from the plain manifest and from the Helm chart, in simulated mode (seed-8gpu) on
+the rig's node, talking to the real kubelet; GPU pods from the rig's busybox image.
+
+Each test removes what it installed (release, manifest, node label) and waits until the agent's
+sockets are gone, so the host-process agent tests that follow start from a clean plugin directory.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import stat
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.e2e.conftest import Cluster, in_ns, kubegpu_argv, pod, prebuilt_helm, wait_until
+from tests.e2e.rig.rig import DEVICE_PLUGIN_DIR, NODE_NAME, Rig
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
+
+REPO = Path(__file__).resolve().parents[2]
+MANIFEST = REPO / "deploy/kubegpu-simulated.yaml"
+CHART = REPO / "deploy/helm/kubegpu"
+SIM_LABEL = "kubegpu.io/simulated-gpus"
+GPU = "nvidia.com/gpu"
+SELECTOR = "app.kubernetes.io/name=kubegpu"
+SMI_COMMAND = (
+    "nvidia-smi -L; echo KUBEGPU_VISIBLE=$NVIDIA_VISIBLE_DEVICES; echo KUBEGPU_ENV_END=1; sleep 3600"
+)
+
+
+def _version() -> str:
+    for line in (REPO / "pyproject.toml").read_text().splitlines():
+        if line.startswith("version = "):
+            return line.split("=", 1)[1].strip().strip('"')
+    raise AssertionError("no version in pyproject.toml")
+
+
+IMAGE = f"kubegpu.local/kubegpu:{_version()}"
+
+
+@pytest.fixture(scope="module")
+def kubegpu_image(rig: Rig, tmp_path_factory: pytest.TempPathFactory) -> str:
+    """`make image`, imported into containerd's k8s.io namespace."""
+    out = tmp_path_factory.mktemp("image") / "kubegpu.tar"
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "deploy/image/build.py"), "--out", str(out)],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=900,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rig.import_image(out, IMAGE)
+    return IMAGE
+
+
+@pytest.fixture(scope="module")
+def helm() -> str:
+    built = prebuilt_helm()  # built before the first test (conftest), outside any test's timeout
+    if built is not None:
+        return built
+    proc = subprocess.run(
+        [str(REPO / "deploy/tools/build-helm.sh")], capture_output=True, text=True, check=False, timeout=1800
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc.stdout.strip()
+
+
+@pytest.fixture
+def sim_node(rig: Rig) -> Iterator[None]:
+    rig.kubectl("label", "node", NODE_NAME, f"{SIM_LABEL}=true", "--overwrite")
+    yield
+    rig.kubectl("label", "node", NODE_NAME, f"{SIM_LABEL}-", check=False)
+
+
+def _agent_sockets() -> list[str]:
+    return sorted(
+        p.name
+        for p in DEVICE_PLUGIN_DIR.iterdir()
+        if p.name != "kubelet.sock" and stat.S_ISSOCK(p.lstat().st_mode)
+    )
+
+
+def _agent_pods(cluster: Cluster, ns: str) -> list[dict[str, Any]]:
+    out = cluster.rig.kubectl("get", "pods", "-n", ns, "-l", SELECTOR, "-o", "json").stdout
+    items: list[dict[str, Any]] = json.loads(out)["items"]
+    return [p for p in items if not p["metadata"].get("deletionTimestamp")]
+
+
+def _ready(p: dict[str, Any]) -> bool:
+    conds = p.get("status", {}).get("conditions", [])
+    return p.get("status", {}).get("phase") == "Running" and any(
+        c["type"] == "Ready" and c["status"] == "True" for c in conds
+    )
+
+
+def wait_agent_ready(cluster: Cluster, ns: str, timeout_s: float = 180) -> dict[str, Any]:
+    pods = wait_until(
+        f"the kubegpu DaemonSet pod in {ns} Running and Ready",
+        lambda: _agent_pods(cluster, ns),
+        timeout_s,
+        accept=lambda ps: len(ps) == 1 and _ready(ps[0]),
+    )
+    agent: dict[str, Any] = pods[0]
+    return agent
+
+
+def gpu_pod_smi(cluster: Cluster, ns: str, name: str) -> tuple[list[str], list[str]]:
+    """(UUIDs `nvidia-smi -L` printed, NVIDIA_VISIBLE_DEVICES) of a running one-GPU busybox pod."""
+    cluster.apply(in_ns(pod(name, resources={GPU: 1}, command=SMI_COMMAND), ns))
+    cluster.wait_running(ns, name)
+    out = wait_until(
+        f"nvidia-smi output of {ns}/{name}",
+        lambda: cluster.logs(ns, name),
+        60,
+        accept=lambda text: "KUBEGPU_ENV_END=1" in text,
+    )
+    listed = re.findall(r"^GPU \d+: .* \(UUID: (\S+)\)$", out, re.MULTILINE)
+    visible = re.search(r"^KUBEGPU_VISIBLE=(.*)$", out, re.MULTILINE)
+    assert visible is not None, out
+    return listed, [v for v in visible.group(1).split(",") if v]
+
+
+def wait_gone(cluster: Cluster) -> None:
+    wait_until("the agent's sockets removed", _agent_sockets, 60, accept=lambda s: s == [])
+    cluster.wait_resource(GPU, allocatable=0, timeout_s=90)
+
+
+def test_plain_manifest_runs_the_agent_and_a_gpu_pod_sees_its_gpu_in_nvidia_smi(
+    cluster: Cluster, kubegpu_image: str, sim_node: None
+) -> None:
+    del kubegpu_image, sim_node
+    rig = cluster.rig
+    rig.kubectl("apply", "-f", str(MANIFEST))
+    try:
+        wait_agent_ready(cluster, "kubegpu")
+        cluster.wait_resource(GPU, allocatable=8, capacity=8, timeout_s=90)
+        ns = cluster.namespace()
+        listed, visible = gpu_pod_smi(cluster, ns, "gpu-test")
+        assert len(visible) == 1 and listed == visible, (listed, visible)
+        cluster.delete_namespace(ns)
+    finally:
+        rig.kubectl(
+            "delete", "-f", str(MANIFEST), "--wait=true", "--timeout=120s", check=False, timeout_s=150
+        )
+    wait_gone(cluster)
+
+
+def _helm(helm: str, rig: Rig, *args: str) -> str:
+    env = {**os.environ, "KUBECONFIG": str(rig.paths.kubeconfig), "HOME": os.environ.get("HOME", "/root")}
+    proc = subprocess.run([helm, *args], capture_output=True, text=True, env=env, check=False, timeout=300)
+    assert proc.returncode == 0, f"helm {' '.join(args)}: {proc.stderr}"
+    return proc.stdout
+
+
+def test_helm_install_time_slices_upgrade_changes_replicas_live_and_uninstall_leaves_nothing(
+    cluster: Cluster, kubegpu_image: str, helm: str, sim_node: None
+) -> None:
+    del kubegpu_image, sim_node
+    rig = cluster.rig
+    ns = "kubegpu-helm"
+    base = ["--namespace", ns, "--set", "simulated.enabled=true"]
+    four = ["--set", "sharing.timeSlicing.replicas=4"]
+    _helm(helm, rig, "install", "kubegpu", str(CHART), "--create-namespace", *base, *four)
+    try:
+        agent = wait_agent_ready(cluster, ns)
+        cluster.wait_resource(GPU, allocatable=32, timeout_s=90)
+        # the agent watches its mounted ConfigMap; kubelet syncs the volume within about a minute
+        _helm(helm, rig, "upgrade", "kubegpu", str(CHART), *base, "--set", "sharing.timeSlicing.replicas=2")
+        cluster.wait_resource(GPU, allocatable=16, timeout_s=240)
+        [same] = _agent_pods(cluster, ns)
+        assert same["metadata"]["uid"] == agent["metadata"]["uid"], "the upgrade restarted the agent pod"
+        assert same["status"]["containerStatuses"][0]["restartCount"] == 0
+    finally:
+        _helm(helm, rig, "uninstall", "kubegpu", "--namespace", ns, "--wait")
+    wait_gone(cluster)
+    left = rig.kubectl(
+        "get",
+        "all,configmap,serviceaccount",
+        "-n",
+        ns,
+        "-l",
+        "app.kubernetes.io/instance=kubegpu",
+        "-o",
+        "name",
+    ).stdout.split()
+    roles = rig.kubectl("get", "clusterrole,clusterrolebinding", "-l", SELECTOR, "-o", "name").stdout.split()
+    assert left == [] and roles == [], (left, roles)
+    rig.kubectl("delete", "namespace", ns, "--wait=true", check=False, timeout_s=150)
+
+
+def test_a_killed_agent_pod_is_replaced_and_running_gpu_pods_keep_their_gpus(
+    cluster: Cluster, kubegpu_image: str, sim_node: None
+) -> None:
+    del kubegpu_image, sim_node
+    rig = cluster.rig
+    rig.kubectl("apply", "-f", str(MANIFEST))
+    try:
+        first = wait_agent_ready(cluster, "kubegpu")
+        cluster.wait_resource(GPU, allocatable=8, capacity=8, timeout_s=90)
+        ns = cluster.namespace()
+        listed, visible = gpu_pod_smi(cluster, ns, "keeps-gpu")
+        assert listed == visible and len(visible) == 1
+        rig.kubectl("delete", "pod", "-n", "kubegpu", first["metadata"]["name"], "--wait=false")
+        second = wait_until(
+            "a new agent pod Ready",
+            lambda: _agent_pods(cluster, "kubegpu"),
+            180,
+            accept=lambda ps: (
+                len(ps) == 1 and ps[0]["metadata"]["uid"] != first["metadata"]["uid"] and _ready(ps[0])
+            ),
+        )[0]
+        assert second["metadata"]["uid"] != first["metadata"]["uid"]
+        cluster.wait_resource(GPU, allocatable=8, capacity=8, timeout_s=90)
+        assert cluster.pod_phase(ns, "keeps-gpu") == "Running"
+        assert cluster.env(ns, "keeps-gpu").get("KUBEGPU_VISIBLE") == visible[0]
+        # a new pod gets another GPU: the kept pod's GPU is still counted as in use
+        _, other = gpu_pod_smi(cluster, ns, "second")
+        assert other != visible
+        # `kubegpu doctor cluster` recognises kubegpu's DaemonSet pod as the device plugin
+        env = {**os.environ, "KUBECONFIG": str(rig.paths.kubeconfig)}
+        doctor = subprocess.run(
+            kubegpu_argv("doctor", "cluster", "--node", NODE_NAME, "--json", "-v"),
+            capture_output=True,
+            text=True,
+            env=env,
+            check=False,
+        )
+        assert second["metadata"]["name"] in doctor.stdout, doctor.stdout[-3000:] + doctor.stderr[-2000:]
+        cluster.delete_namespace(ns)
+    finally:
+        rig.kubectl(
+            "delete", "-f", str(MANIFEST), "--wait=true", "--timeout=120s", check=False, timeout_s=150
+        )
+    wait_gone(cluster)
