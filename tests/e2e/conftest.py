@@ -68,7 +68,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     if not all(paths.bin(n).exists() for n in ("etcd", "kube-apiserver", "kubelet", "kubectl")):
         if not (shutil.which("go") or Path("/usr/local/go/bin/go").exists()):
             return  # the rig fixture reports it (a skip on a developer machine, a failure in CI)
-        _say(
+        say(
             session.config,
             f"[e2e] building Kubernetes {paths.k8s_version} and etcd {paths.etcd_version} "
             f"into {paths.cache} (cold: about 20 minutes on 2 cores)",
@@ -106,7 +106,7 @@ def cannot_run(reason: str) -> None:
     pytest.skip(msg)
 
 
-def _say(config: pytest.Config, line: str) -> None:
+def say(config: pytest.Config, line: str) -> None:
     """Print past pytest's output capture, so build/start times show in every run's output."""
     capman = config.pluginmanager.getplugin("capturemanager")
     ctx = capman.global_and_fixture_disabled() if capman is not None else contextlib.nullcontext()
@@ -127,12 +127,12 @@ def rig(request: pytest.FixtureRequest) -> Iterator[Rig]:
     started_here = False
     try:
         if r.is_up() and r.node_ready():
-            _say(request.config, f"[e2e] reusing the running rig in {r.paths.state}")
+            say(request.config, f"[e2e] reusing the running rig in {r.paths.state}")
         else:
             if r.is_up() or r.paths.state.exists():
                 r.down()
             build_s = _build["seconds"] if "seconds" in _build else build(r.paths)
-            _say(
+            say(
                 request.config,
                 f"[e2e] rig build (Kubernetes {r.paths.k8s_version}, etcd "
                 f"{r.paths.etcd_version}): {build_s:.1f} s",
@@ -140,7 +140,7 @@ def rig(request: pytest.FixtureRequest) -> Iterator[Rig]:
             r.up()
             started_here = True
             steps = ", ".join(f"{k} {v:.1f}" for k, v in r.timings.items())
-            _say(request.config, f"[e2e] rig start: {r.timings['up']:.1f} s ({steps})")
+            say(request.config, f"[e2e] rig start: {r.timings['up']:.1f} s ({steps})")
     except RigError as exc:
         with contextlib.suppress(RigError):
             r.down()
@@ -152,7 +152,7 @@ def rig(request: pytest.FixtureRequest) -> Iterator[Rig]:
     if started_here and os.environ.get("KUBEGPU_RIG_KEEP") != "1":
         t0 = time.monotonic()
         r.down()
-        _say(request.config, f"[e2e] rig down: {time.monotonic() - t0:.1f} s")
+        say(request.config, f"[e2e] rig down: {time.monotonic() - t0:.1f} s")
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -14,13 +14,14 @@ import re
 import stat
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.e2e.conftest import Cluster, in_ns, kubegpu_argv, pod, prebuilt_helm, wait_until
+from tests.e2e.conftest import Cluster, in_ns, kubegpu_argv, pod, prebuilt_helm, say, wait_until
 from tests.e2e.rig.rig import DEVICE_PLUGIN_DIR, NODE_NAME, Rig
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
@@ -135,14 +136,21 @@ def wait_gone(cluster: Cluster) -> None:
 
 
 def test_plain_manifest_runs_the_agent_and_a_gpu_pod_sees_its_gpu_in_nvidia_smi(
-    cluster: Cluster, kubegpu_image: str, sim_node: None
+    cluster: Cluster, kubegpu_image: str, sim_node: None, request: pytest.FixtureRequest
 ) -> None:
     del kubegpu_image, sim_node
     rig = cluster.rig
+    t0 = time.monotonic()
     rig.kubectl("apply", "-f", str(MANIFEST))
     try:
         wait_agent_ready(cluster, "kubegpu")
+        t_ready = time.monotonic() - t0
         cluster.wait_resource(GPU, allocatable=8, capacity=8, timeout_s=90)
+        say(
+            request.config,
+            f"[e2e] deploy: kubectl apply -> agent pod Ready {t_ready:.1f} s, "
+            f"-> allocatable nvidia.com/gpu: 8 {time.monotonic() - t0:.1f} s",
+        )
         ns = cluster.namespace()
         listed, visible = gpu_pod_smi(cluster, ns, "gpu-test")
         assert len(visible) == 1 and listed == visible, (listed, visible)
