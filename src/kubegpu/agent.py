@@ -139,6 +139,7 @@ class Agent:
         self._next_init_at = 0.0
         self._config_seen: tuple[object, ...] | None = None  # identity of the config file last loaded
         self._config_digest: str | None = None
+        self._config_pending: tuple[object, ...] | None = None  # a new identity seen once, not yet loaded
         self._sim_mounts: tuple[MountSpec, ...] = ()
         self._probes: ProbeServer | None = None
 
@@ -340,9 +341,15 @@ class Agent:
     # -- config file changes ----------------------------------------------------------------------
 
     def _config_changed(self) -> bool:
-        """True when the config file now has other content than the one last loaded."""
+        """True when the config file now has other content than the one last loaded, and has kept the
+        same identity for two checks in a row: a file being written in place (truncated, then
+        filled) is not loaded half-written. kubelet's ConfigMap updates swap a symlink atomically."""
         identity = self._config_identity()
         if identity is None or identity == self._config_seen:
+            self._config_pending = None
+            return False
+        if identity != self._config_pending:
+            self._config_pending = identity  # seen once: look again at the next check
             return False
         digest = self._config_content_digest()
         if digest is not None and digest == self._config_digest:

@@ -303,8 +303,8 @@ def _run_batch(node: Node, calls: list[Call], held: int, flapping: set[int], thr
     before, after = node.config, CYCLE[(node.step + 1) % len(CYCLE)]
     kept = before.ids == after.ids
     reloads = messages(node.agent.log).count("config reloaded")
-    start = node.current()
-    assert start is not None
+    start = node.kubelet.wait_for(lambda: node.settled(before, len(before.ids)), 10) and node.current()
+    assert start, node.agent.log
     healthy_outside_held = len(before.ids) - len(before.ids) // len(UUIDS)
     node.fault(held, healthy=False)
     assert node.kubelet.wait_for(lambda: node.kubelet.allocatable(GPU) == healthy_outside_held, 10)
@@ -342,14 +342,19 @@ def _run_batch(node: Node, calls: list[Call], held: int, flapping: set[int], thr
     try:
         for g in flapping:
             node.fault(g, xid=79)
-        node.config_file.write_text(after.text)
+        # Replaced atomically, as kubelet updates a mounted ConfigMap (the agent also watches the file).
+        staged = node.config_file.with_suffix(".next")
+        staged.write_text(after.text)
+        staged.replace(node.config_file)
         os.kill(node.agent.proc.pid, signal.SIGHUP)
         time.sleep(0.05)
         for g in flapping:
             node.fault(g, healthy=True)
         reloaded = node.kubelet.wait_for(
             lambda: (
-                messages(node.agent.log).count("config reloaded") == reloads + 1
+                # >=: the agent also reloads by itself when it sees the file change (ConfigMap
+                # updates); that second reload finds the same config and keeps every server.
+                messages(node.agent.log).count("config reloaded") >= reloads + 1
                 and node.settled(after, len(after.ids) - len(after.ids) // len(UUIDS))
             ),
             20,
