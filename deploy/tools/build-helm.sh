@@ -36,6 +36,28 @@ reported_version() {
 }
 version_ok() { [[ "$(reported_version "$1")" == "$HELM_VERSION" ]]; }
 
+# A long step in the background with a progress line every $KUBEGPU_RIG_PROGRESS_S seconds (default 30),
+# as tests/e2e/rig/build.sh does: a cold helm build takes about 11 minutes.
+PROGRESS_S="${KUBEGPU_RIG_PROGRESS_S:-30}"
+CHILD=""
+trap '[[ -n "$CHILD" ]] && kill "$CHILD" 2>/dev/null; exit 130' INT TERM
+with_progress() {
+  local what=$1; shift
+  local t0=$SECONDS next=$PROGRESS_S rc=0
+  "$@" &
+  CHILD=$!
+  while kill -0 "$CHILD" 2>/dev/null; do
+    sleep 0.2
+    if (( SECONDS - t0 >= next )); then
+      log "$what: still running ($((SECONDS - t0)) s)"
+      next=$((next + PROGRESS_S))
+    fi
+  done
+  wait "$CHILD" || rc=$?
+  CHILD=""
+  return "$rc"
+}
+
 [[ -x "$GO" ]] || die "no Go toolchain (looked for 'go' on PATH and at $GO)"
 mkdir -p "$CACHE"
 exec 9>"$CACHE/.helm-build.lock"
@@ -63,11 +85,12 @@ package tools
 import _ "helm.sh/helm/v3/cmd/helm"
 GO
 log "helm $HELM_VERSION: go mod tidy"
-nice -n "$NICE" "$GO" mod tidy || die "go mod tidy failed (output above; Go module proxy reachable?)"
+with_progress "helm $HELM_VERSION: go mod tidy" nice -n "$NICE" "$GO" mod tidy \
+  || die "go mod tidy failed (output above; Go module proxy reachable?)"
 TMP="$OUT.tmp.$$"
 trap 'rm -f "$TMP"' EXIT
 log "helm $HELM_VERSION: go build"
-nice -n "$NICE" "$GO" build -o "$TMP" -trimpath \
+with_progress "helm $HELM_VERSION: go build" nice -n "$NICE" "$GO" build -o "$TMP" -trimpath \
   -ldflags "-s -w -X helm.sh/helm/v3/internal/version.version=$HELM_VERSION -X helm.sh/helm/v3/internal/version.gitTreeState=clean" \
   helm.sh/helm/v3/cmd/helm || die "go build exited non-zero (output above)"
 version_ok "$TMP" || die "the built helm reports '$(reported_version "$TMP")' instead of $HELM_VERSION"

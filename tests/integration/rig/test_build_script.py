@@ -189,3 +189,41 @@ def test_no_go_toolchain_is_one_clear_line(go: FakeToolchain, tmp_path: Path) ->
     assert result.returncode != 0
     assert "no Go toolchain" in result.stderr
     assert not go.cache.exists()
+
+
+FAKE_HELM_GO = r"""#!/usr/bin/env bash
+# A stand-in for `go` for deploy/tools/build-helm.sh: `build -o OUT` writes a helm that prints its version.
+case "$1" in
+  mod) exit 0 ;;
+  build)
+    shift
+    while (( $# > 1 )); do case "$1" in -o) out=$2; shift 2 ;; -ldflags) shift 2 ;; *) shift ;; esac; done
+    sleep "${FAKE_GO_BUILD_S:-0}"
+    printf '#!/bin/sh\necho v3.22.0\n' > "$out"; chmod +x "$out"; exit 0 ;;
+esac
+exit 2
+"""
+HELM_SH = Path(__file__).resolve().parents[3] / "deploy" / "tools" / "build-helm.sh"
+
+
+def test_the_helm_build_prints_progress_verifies_and_prints_only_its_path(tmp_path: Path) -> None:
+    go = tmp_path / "go"
+    go.write_text(FAKE_HELM_GO)
+    go.chmod(0o755)
+    env = {
+        "PATH": os.environ["PATH"],
+        "HOME": str(tmp_path),
+        "GO": str(go),
+        "KUBEGPU_RIG_CACHE": str(tmp_path / "cache"),
+        "KUBEGPU_RIG_NICE": "0",
+        "KUBEGPU_RIG_PROGRESS_S": "1",
+        "FAKE_GO_BUILD_S": "2.5",
+    }
+    result = subprocess.run(
+        ["bash", str(HELM_SH)], env=env, capture_output=True, text=True, timeout=60, check=False
+    )
+    assert result.returncode == 0, result.stderr
+    helm = tmp_path / "cache" / "bin" / "helm-v3.22.0" / "helm"
+    assert result.stdout.strip() == str(helm)
+    assert "go build: still running (" in result.stderr
+    assert "built and verified" in result.stderr
