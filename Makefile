@@ -44,10 +44,11 @@ bench: $(STAMP)
 	$(BIN)/python bench/deviceplugin_bench.py
 	$(BIN)/python bench/agent_soak.py
 
-## Regenerate the kubelet Device Plugin API stubs (src/kubegpu/deviceplugin/api/) from v1beta1.proto.
+## Regenerate the kubelet API stubs from the hand-written protos: Device Plugin v1beta1
+## (src/kubegpu/deviceplugin/api/) and PodResources v1 (src/kubegpu/podresources/api/).
 proto: $(STAMP)
 	$(BIN)/python -m grpc_tools.protoc -I src --python_out=src --pyi_out=src --grpc_python_out=src \
-		src/kubegpu/deviceplugin/api/v1beta1.proto
+		src/kubegpu/deviceplugin/api/v1beta1.proto src/kubegpu/podresources/api/v1.proto
 
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache

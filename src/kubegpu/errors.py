@@ -19,6 +19,7 @@ single line on stderr and the exit code the class carries; anything else reachin
     ├── RegistrationFailed        exit 1  kubelet is unreachable, silent, or refused a registration
     ├── SourceError               exit 1  a GPU source (NVML, the host) cannot be read
     ├── UnknownGpuError           exit 1  a health event names a GPU this node does not have
+    ├── PodResourcesUnavailable   exit 1  kubelet's PodResources API cannot be read (socket, rate limit)
     └── ProbeFailed               exit 1  a doctor probe cannot read what a check needs
         └── ClusterUnreachable            the API server cannot be reached, or the credentials fail
 
@@ -39,6 +40,7 @@ __all__ = [
     "InputError",
     "KubegpuError",
     "MigLayoutError",
+    "PodResourcesUnavailable",
     "ProbeFailed",
     "RegistrationFailed",
     "SourceError",
@@ -116,6 +118,10 @@ class SourceError(KubegpuError):
 
 class UnknownGpuError(KubegpuError):
     """A health event (NVML, a fault file) names a GPU index or UUID this node does not have."""
+
+
+class PodResourcesUnavailable(KubegpuError):
+    """kubelet's PodResources API did not answer (no socket, timeout, rate limit); says which and where."""
 
 
 class ProbeFailed(KubegpuError):
