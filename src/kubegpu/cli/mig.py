@@ -16,7 +16,7 @@ import typer
 if TYPE_CHECKING:
     from rich.console import Console
 
-from kubegpu.errors import MigLayoutError
+from kubegpu.errors import InputError, MigLayoutError
 from kubegpu.model import mig
 
 mig_app = typer.Typer(
@@ -117,20 +117,45 @@ def profiles_cmd(model: ModelArg, as_json: JsonOpt = False) -> None:
         "Examples:\n\n"
         "  kubegpu mig validate H100-80GB 3g.40gb,2g.20gb,1g.10gb\n\n"
         "  kubegpu mig validate H100-80GB 2g.20gb@2,3g.40gb@0 --json   (exit 1: overlap)\n\n"
-        "  kubegpu mig validate A100-80GB 2g.20gb,2g.20gb,2g.20gb,2g.20gb   (exit 1: max count 3)"
+        "  kubegpu mig validate A100-80GB 2g.20gb,2g.20gb,2g.20gb,2g.20gb   (exit 1: max count 3)\n\n"
+        "  kubegpu mig validate builtin:mig-parted-default   (every named config, every MIG model)\n\n"
+        "  kubegpu mig validate mig-parted.yaml --model H100-80GB --json"
     ),
 )
 def validate_cmd(
-    model: ModelArg,
-    layout: Annotated[
+    model: Annotated[
         str,
         typer.Argument(
-            metavar="LAYOUT", help="Comma-separated profiles; pin a start slot with NAME@SLOT (3g.40gb@4)."
+            metavar="MODEL|FILE",
+            help="GPU model (with LAYOUT), or a mig-parted file / builtin:mig-parted-default (without).",
         ),
     ],
+    layout: Annotated[
+        str | None,
+        typer.Argument(
+            metavar="[LAYOUT]",
+            help="Comma-separated profiles; pin a start slot with NAME@SLOT (3g.40gb@4).",
+            show_default=False,
+        ),
+    ] = None,
+    models: Annotated[
+        list[str] | None,
+        typer.Option("--model", metavar="MODEL", help="With FILE: check only these GPU models (repeatable)."),
+    ] = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Check a mixed layout against the placement rules: start slot of each instance, or why not."""
+    """Check a mixed layout against the placement rules: start slot of each instance, or why not.
+
+    Given a mig-parted file instead, check every named config for every GPU model its entries can
+    apply to: exit 0 if all are valid, 1 if one breaks a rule, 2 if the file is malformed.
+    """
+    if layout is None:
+        from kubegpu.cli.migfile import validate_file
+
+        validate_file(model, models or [], as_json=as_json)
+        return
+    if models:
+        raise InputError("--model is for validating a mig-parted FILE; with MODEL LAYOUT, name one model")
     items = [item for item in layout.split(",") if item.strip()]
     try:
         placement = mig.validate_layout(model, items)

@@ -326,6 +326,16 @@ class ConfigCheck:
     entries: tuple[EntryCheck, ...]
 
 
+def _missing_profiles(model: str, mig_devices: Sequence[tuple[str, int]]) -> list[str]:
+    missing = []
+    for key, _ in mig_devices:
+        try:
+            profile(model, gi_profile_name(key)[0])
+        except InputError:
+            missing.append(key)
+    return missing
+
+
 def check_config(config: MigConfig, model: str) -> ConfigCheck:
     """Check every entry of ``config`` that can apply to a GPU of ``model`` (a MIG-capable catalogue
     model) against the placement rules."""
@@ -335,17 +345,21 @@ def check_config(config: MigConfig, model: str) -> ConfigCheck:
         if key not in entry_models(entry):
             continue
         if not entry.mig_enabled:
-            checks.append(EntryCheck(entry=i, status=CheckStatus.VALID, placement=None, reason="MIG disabled"))
+            checks.append(
+                EntryCheck(entry=i, status=CheckStatus.VALID, placement=None, reason="MIG disabled")
+            )
+            continue
+        missing = _missing_profiles(key, entry.mig_devices)
+        if missing:
+            reason = f"{key} has no MIG profile {', '.join(missing)}"
+            checks.append(
+                EntryCheck(entry=i, status=CheckStatus.NOT_APPLICABLE, placement=None, reason=reason)
+            )
             continue
         try:
             placement = placement_for(key, entry.mig_devices)
-        except MigLayoutError as exc:
+        except (MigLayoutError, InputError) as exc:
             checks.append(EntryCheck(entry=i, status=CheckStatus.INVALID, placement=None, reason=str(exc)))
-            continue
-        except InputError as exc:
-            checks.append(
-                EntryCheck(entry=i, status=CheckStatus.NOT_APPLICABLE, placement=None, reason=str(exc))
-            )
             continue
         checks.append(EntryCheck(entry=i, status=CheckStatus.VALID, placement=placement, reason=""))
     statuses = {c.status for c in checks}

@@ -18,7 +18,13 @@ from kubegpu.errors import ConfigError
 from kubegpu.model.migparted import MigConfig, MigConfigEntry, MigPartedConfig
 from kubegpu.sources.yamlfile import LocatedDoc, load_located
 
-__all__ = ["BUILTIN_DEFAULT", "builtin_mig_configs", "load_mig_parted", "looks_like_mig_parted", "parse_mig_parted"]
+__all__ = [
+    "BUILTIN_DEFAULT",
+    "builtin_mig_configs",
+    "load_mig_parted",
+    "looks_like_mig_parted",
+    "parse_mig_parted",
+]
 
 BUILTIN_PREFIX = "builtin:"
 BUILTIN_DEFAULT = "builtin:mig-parted-default"
@@ -115,7 +121,9 @@ def _devices(doc: LocatedDoc, path: Path_, raw: Any) -> tuple[int, ...] | None:
     seen: list[int] = []
     for i, item in enumerate(raw):
         if isinstance(item, bool) or not isinstance(item, int) or item < 0:
-            raise doc.error((*path, i), f"expected a GPU index (an integer >= 0), got {_kind(item)}", ConfigError)
+            raise doc.error(
+                (*path, i), f"expected a GPU index (an integer >= 0), got {_kind(item)}", ConfigError
+            )
         if item in seen:
             raise doc.error((*path, i), f"GPU {item} is listed twice", ConfigError)
         seen.append(item)
@@ -189,7 +197,9 @@ def parse_mig_parted(text: str, *, origin: str = "<mig-parted config>") -> MigPa
         if not isinstance(name, str) or not name:
             raise doc.error(path, "a config name must be a non-empty string", ConfigError)
         if not isinstance(raw_entries, list) or not raw_entries:
-            raise doc.error(path, f"expected a non-empty list of entries, got {_kind(raw_entries)}", ConfigError)
+            raise doc.error(
+                path, f"expected a non-empty list of entries, got {_kind(raw_entries)}", ConfigError
+            )
         entries = tuple(_entry(doc, (*path, i), e) for i, e in enumerate(raw_entries))
         configs.append(MigConfig(name=name, entries=entries))
     return MigPartedConfig(version="v1", configs=tuple(configs), origin=origin)

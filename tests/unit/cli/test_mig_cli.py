@@ -4,6 +4,7 @@ reason (exit 1); unknown models or profiles exit 2 with one line."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -97,3 +98,93 @@ def test_help_shows_examples(capsys: pytest.CaptureFixture[str], cmd: str) -> No
     code, out, _ = run(capsys, "mig", cmd, "--help")
     assert code == 0
     assert "Examples" in out and f"kubegpu mig {cmd}" in out
+
+
+# `kubegpu mig validate FILE`: mig-parted files, every named config for every model.
+
+BAD_FILE = """\
+version: v1
+mig-configs:
+  too-many-2g:
+    - devices: all
+      mig-enabled: true
+      mig-devices:
+        "2g.20gb": 4
+  a30-only:
+    - device-filter: "0x20B710DE"
+      devices: all
+      mig-enabled: true
+      mig-devices:
+        "1g.6gb": 4
+"""
+
+
+def test_validate_builtin_defaults_exits_0_with_a_placement_per_model(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    code, out, _ = run(capsys, "mig", "validate", "builtin:mig-parted-default", "--json")
+    assert code == 0
+    doc = json.loads(out)
+    assert doc["valid"] is True
+    configs = {c["name"]: {m["model"]: m for m in c["models"]} for c in doc["configs"]}
+    h100 = configs["all-balanced"]["H100-80GB"]
+    assert h100["status"] == "valid"
+    (entry,) = h100["entries"]
+    assert sorted((i["profile"], i["start_slot"]) for i in entry["instances"]) == [
+        ("1g.10gb", 2),
+        ("1g.10gb", 3),
+        ("2g.20gb", 0),
+        ("3g.40gb", 4),
+    ]
+    assert configs["all-1g.5gb"]["H100-80GB"]["status"] == "not applicable"
+    assert configs["all-1g.5gb"]["A100-40GB"]["status"] == "valid"
+
+
+def test_validate_file_with_a_broken_layout_exits_1_and_names_the_rule(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    path = tmp_path / "config.yaml"
+    path.write_text(BAD_FILE)
+    code, out, _ = run(capsys, "mig", "validate", str(path))
+    assert code == 1
+    assert "2g.20gb appears 4 times, but at most 3 fit on one H100-80GB" in out
+    assert "A30: kubegpu has no MIG profiles for it" in out
+    code, out, _ = run(capsys, "mig", "validate", str(path), "--model", "A100-40GB", "--json")
+    assert code == 0  # on an A100-40GB nothing applies: 2g.20gb is not one of its profiles
+    doc = json.loads(out)
+    assert [m["model"] for c in doc["configs"] for m in c["models"]] == ["A100-40GB", "A100-40GB"]
+    assert {m["status"] for c in doc["configs"] for m in c["models"]} == {"not applicable"}
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (
+            "version: v1\nmig-configs:\n  x:\n    - devices: all\n      mig-enabled: true\n      bogus: 1\n",
+            ":6: ",
+        ),
+        ("version: v2\nmig-configs: {}\n", ":1: version: expected v1"),
+        ("not: [valid\n", "not valid YAML"),
+    ],
+)
+def test_validate_a_malformed_file_exits_2_with_one_line(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, text: str, message: str
+) -> None:
+    path = tmp_path / "config.yaml"
+    path.write_text(text)
+    code, out, err = run(capsys, "mig", "validate", str(path))
+    assert code == 2 and out == ""
+    assert err.count("\n") == 1 and err.startswith(f"kubegpu: error: {path}") and message in err
+
+
+def test_validate_without_a_layout_or_file_exits_2_saying_what_is_missing(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    code, _, err = run(capsys, "mig", "validate", "H100-80GB")
+    assert code == 2 and "H100-80GB needs a LAYOUT" in err
+    code, _, err = run(capsys, "mig", "validate", str(tmp_path / "missing.yaml"))
+    assert code == 2 and "no such file" in err
+    code, _, err = run(capsys, "mig", "validate", "builtin:mig-parted-default", "--model", "L40S")
+    assert code == 2 and "'L40S' has no MIG profiles" in err
+    code, _, err = run(capsys, "mig", "validate", "H100-80GB", "7g.80gb", "--model", "A100-40GB")
+    assert code == 2 and "--model is for validating a mig-parted FILE" in err
