@@ -57,7 +57,8 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
 SUITE = "bookworm"
 MIRROR = "http://deb.debian.org/debian"
-DEB_PACKAGES = ("python3-minimal", "libpython3.11-stdlib", "libstdc++6")
+# busybox-static: the chart's pre-pull DaemonSet copies /bin/busybox into other images as a static `true`.
+DEB_PACKAGES = ("python3-minimal", "libpython3.11-stdlib", "libstdc++6", "busybox-static")
 DEB_EXCLUDE = frozenset({"dpkg", "tar"})  # only there for maintainer scripts, which never run here
 PYTHON = "3.11"
 PLATFORMS = (
@@ -407,6 +408,16 @@ def _smoke(entries: dict[str, Entry], work: Path) -> None:
     if proc.returncode != 0 or "--node-spec" not in proc.stdout:
         raise BuildError(f"`kubegpu agent --help` fails inside the image:\n{proc.stderr.strip()[-3000:]}")
     log("checked: `kubegpu agent --help` runs inside the image as user 65532")
+    # The pre-pull DaemonSet runs busybox, copied under the name `true`, inside other images.
+    (root / "prepull").mkdir()
+    true = root / "prepull/true"
+    shutil.copyfile(root / "usr/bin/busybox", true)
+    true.chmod(0o755)
+    proc = subprocess.run([*argv, "/prepull/true"], capture_output=True, text=True, env=env, check=False)
+    shutil.rmtree(root / "prepull")
+    if proc.returncode != 0:
+        raise BuildError(f"busybox copied as a static `true` fails inside the image: {proc.stderr.strip()}")
+    log("checked: /bin/busybox runs as a static `true` (the chart's pre-pull DaemonSet)")
 
 
 def _version() -> str:

@@ -9,7 +9,9 @@ exercise 4 of seed 000: "Failed to initialize NVML: Unknown Error" and its four 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from functools import cached_property
 from typing import Any
 
@@ -34,6 +36,11 @@ ID_PENDING = CheckId("pod.pending")
 ID_VISIBLE = CheckId("pod.visible-devices")
 ID_SHM = CheckId("pod.shm")
 ID_LOGS = CheckId("pod.logs")
+ID_PULL = CheckId("pod.image-pull")
+
+# A GPU pod whose image has been pulling this long is worth pre-pulling (GPU images are often >10 GB).
+SLOW_PULL_S = 120.0
+PREPULL_VALUE = "prepull.images"
 
 GPU_IMAGE_HINT = re.compile(
     r"cuda|pytorch|tensorflow|nvcr\.io|nvidia|triton|vllm|tensorrt|sglang|cudnn", re.I
@@ -53,6 +60,7 @@ class PodContext:
     cluster: ClusterContext
     namespace: str
     name: str
+    now: Callable[[], datetime] = field(default=lambda: datetime.now(UTC))
 
     @cached_property
     def pod(self) -> ApiObject | None:
@@ -525,6 +533,65 @@ def check_logs(ctx: PodContext) -> Outcome:
     return ok(f"no known GPU error in the logs of {len(started)} container(s)")
 
 
+_PULLING_RE = re.compile(r'[Pp]ulling image "([^"]+)"')
+_PULLED_RE = re.compile(
+    r'(?:[Ss]uccessfully pulled|already present on machine).*?image "([^"]+)"|image "([^"]+)" already'
+)
+
+
+def _event_time(event: ApiObject) -> datetime | None:
+    for key in ("firstTimestamp", "eventTime", "lastTimestamp"):
+        text = event.get(key)
+        if text:
+            try:
+                return datetime.fromisoformat(str(text).replace("Z", "+00:00"))
+            except ValueError:
+                continue
+    return None
+
+
+def _age(seconds: float) -> str:
+    return f"{seconds / 60:.0f} min" if seconds >= 120 else f"{seconds:.0f} s"
+
+
+def check_image_pull(ctx: PodContext) -> Outcome:
+    """A GPU pod scheduled but not started because kubelet is still pulling a (large) image."""
+    pod = ctx.spec_pod
+    if ctx.gpus == 0:
+        return skip("the pod requests no GPU")
+    if dig(pod, "status", "phase") != "Pending" or not dig(pod, "spec", "nodeName"):
+        return ok("no image pull in progress (the pod is not waiting on its node)")
+    started: dict[str, datetime | None] = {}
+    for e in ctx.events:
+        message = str(e.get("message", ""))
+        if e.get("reason") == "Pulling" and (m := _PULLING_RE.search(message)):
+            started.setdefault(m.group(1), _event_time(e))
+        elif e.get("reason") == "Pulled" and (m := _PULLED_RE.search(message)):
+            started.pop(m.group(1) or m.group(2), None)
+    now = ctx.now()
+    slow = [
+        (image, (now - at).total_seconds())
+        for image, at in started.items()
+        if at is not None and (now - at).total_seconds() >= SLOW_PULL_S
+    ]
+    if not slow:
+        if started:
+            return ok(f"pulling {', '.join(started)} for under {_age(SLOW_PULL_S)}")
+        return ok("no image pull in progress")
+    images = [image for image, _ in slow]
+    return warn(
+        f"the GPU pod is waiting in ContainerCreating while its node pulls {', '.join(images)} "
+        f"(for {_age(max(age for _, age in slow))}): its GPU is reserved but idle until the pull ends",
+        *(
+            f"event Pulling: image {image} started {_age(age)} ago, no Pulled event yet"
+            for image, age in slow
+        ),
+        fix="pre-pull large images on GPU nodes with kubegpu's chart: helm upgrade kubegpu "
+        f"deploy/helm/kubegpu --reuse-values --set '{PREPULL_VALUE}={{{','.join(images)}}}' "
+        "(docs/deploy.md, Pre-pulling images)",
+    )
+
+
 POD_CHECKS: tuple[Check[PodContext], ...] = (
     Check(id=ID_FOUND, layer=Layer.POD, needs=(ID_API,), run=check_found),
     Check(id=ID_REQUESTS, layer=Layer.POD, needs=(ID_FOUND,), run=check_requests),
@@ -532,4 +599,5 @@ POD_CHECKS: tuple[Check[PodContext], ...] = (
     Check(id=ID_VISIBLE, layer=Layer.POD, needs=(ID_FOUND,), run=check_visible_devices),
     Check(id=ID_SHM, layer=Layer.POD, needs=(ID_FOUND,), run=check_shm),
     Check(id=ID_LOGS, layer=Layer.POD, needs=(ID_FOUND,), run=check_logs),
+    Check(id=ID_PULL, layer=Layer.POD, needs=(ID_FOUND,), run=check_image_pull),
 )

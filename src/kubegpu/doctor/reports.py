@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import socket
 from collections.abc import Callable
+from datetime import datetime
 from pathlib import Path
 
 from kubegpu.doctor.chain import Check, Report, run_checks
@@ -47,13 +48,21 @@ def cluster_report(
     return run_checks(CLUSTER_CHECKS, ctx)
 
 
-def pod_report(connect: Callable[[], ClusterApi], namespace: str, name: str) -> Report:
-    """Why one pod has no working GPU: the API check, then the pod's own checks."""
+def pod_report(
+    connect: Callable[[], ClusterApi],
+    namespace: str,
+    name: str,
+    *,
+    now: Callable[[], datetime] | None = None,
+) -> Report:
+    """Why one pod has no working GPU: the API check, then the pod's own checks (``now``: the wall clock
+    that event ages are measured against, injectable for tests)."""
     cluster = ClusterContext(connect=connect)
     api_check = run_checks(CLUSTER_CHECKS[:1], cluster)
-    return api_check + run_checks(
-        POD_CHECKS, PodContext(cluster=cluster, namespace=namespace, name=name), prior=api_check.findings
-    )
+    ctx = PodContext(cluster=cluster, namespace=namespace, name=name)
+    if now is not None:
+        ctx = PodContext(cluster=cluster, namespace=namespace, name=name, now=now)
+    return api_check + run_checks(POD_CHECKS, ctx, prior=api_check.findings)
 
 
 def host_node_name(root: Path | str) -> str | None:
