@@ -57,6 +57,8 @@ REQUIRED_PACKAGES = {
     "/usr/bin/openssl": "openssl",
     "/usr/sbin/iptables": "iptables",
     "/usr/bin/mmdebstrap": "mmdebstrap",  # the kubegpu image's root file system (deploy/image/build.py)
+    "/usr/bin/docker-registry": "docker-registry",  # a local registry for the pre-pull e2e (test_prepull.py)
+    "/usr/bin/skopeo": "skopeo",  # pushes a docker-archive into that registry
 }
 
 
@@ -714,6 +716,10 @@ state = "{d / "state"}"
 
 [{cri}.containerd.runtimes.runc.options]
   SystemdCgroup = false
+
+[{cri}.registry]
+  # Per-registry hosts.toml files (tests write one to reach a plain-HTTP registry on 127.0.0.1).
+  config_path = "{d / "certs.d"}"
 
 [{cri}.cni]
   bin_dir = "/usr/lib/cni"
