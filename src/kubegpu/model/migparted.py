@@ -8,7 +8,7 @@ checked against kubegpu's placement rules (``kubegpu.model.mig``); ``check_confi
 config for one GPU model, as ``kubegpu mig validate FILE`` does for every model.
 
 PCI device IDs are mig-parted's ``0xDDDDVVVV`` (device ID, then vendor ``10DE``). ``PCI_SKUS`` maps
-the IDs of the MIG-capable SKUs to catalogue models; every ID was checked against two public sources
+the IDs of the MIG-capable SKUs to catalogue models; only IDs public sources agree on are listed
 (docs/mig.md, "PCI device IDs", cites them). An ID outside the table matches no GPU of a node.
 """
 
@@ -70,7 +70,6 @@ PCI_SKUS: dict[int, PciSku] = {
     s.device_id: s
     for s in (
         _sku(0x20B0, "A100-SXM4-40GB", "A100-40GB"),
-        _sku(0x20B1, "A100-PCIE-40GB", "A100-40GB"),
         _sku(0x20F1, "A100-PCIE-40GB", "A100-40GB"),
         _sku(0x20B2, "A100-SXM4-80GB", "A100-80GB"),
         _sku(0x20B5, "A100 80GB PCIe", "A100-80GB"),

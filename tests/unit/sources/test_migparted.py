@@ -8,10 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from kubegpu.errors import ConfigError
+from kubegpu.errors import ConfigError, MigLayoutError
 from kubegpu.model.gpu import gpu_model
 from kubegpu.model.mig import mig_models
-from kubegpu.model.migparted import CheckStatus, check_config, entry_models
+from kubegpu.model.migparted import CheckStatus, check_config, desired_mig_layout, entry_models
+from kubegpu.model.node import Gpu, GpuUuid, Node
 from kubegpu.plan.emit import emit_serve, write_files
 from kubegpu.plan.serve import ServeRequest, plan_serve
 from kubegpu.sources.migparted import BUILTIN_DEFAULT, builtin_mig_configs, load_mig_parted, parse_mig_parted
@@ -241,3 +242,38 @@ def test_what_plan_emit_writes_reads_back_as_one_valid_config(tmp_path: Path, gp
         (entry,) = config.entries
         assert entry.mig_devices == ((option.profile, option.instances_per_gpu),)
         assert check_config(config, gpu).status is CheckStatus.VALID, option.profile
+
+
+def _node_of(model: str, n: int = 2) -> Node:
+    gpus = tuple(
+        Gpu(
+            index=i,
+            uuid=GpuUuid(f"GPU-{i:08d}-0000-0000-0000-000000000000"),
+            model=model,
+            memory_mib=gpu_model(model).memory_mib,
+            numa_node=0,
+            pci_bus_id=f"00000000:{0x18 + i:02X}:00.0",
+        )
+        for i in range(n)
+    )
+    return Node(name="n", gpus=gpus, topology=None)
+
+
+@pytest.mark.parametrize("model", mig_models())
+def test_what_validate_calls_valid_the_manager_applies_and_what_is_not_applicable_it_refuses(
+    model: str,
+) -> None:
+    """`kubegpu mig validate FILE` and `desired_mig_layout` agree on every builtin config and model."""
+    node = _node_of(model)
+    for config in load_mig_parted(BUILTIN_DEFAULT).configs:
+        check = check_config(config, model)
+        if check.status is CheckStatus.VALID:
+            layout = desired_mig_layout(node, config)
+            assert [t.index for t in layout.targets] == [0, 1], config.name
+            (entry,) = check.entries
+            assert all(t.placement == entry.placement for t in layout.targets), config.name
+        elif check.entries:  # not applicable: the profiles do not exist on this model
+            with pytest.raises(MigLayoutError, match="has no MIG profile"):
+                desired_mig_layout(node, config)
+        else:  # no entry's device filter names this model: the node keeps its layout
+            assert desired_mig_layout(node, config).unchanged == (0, 1)
