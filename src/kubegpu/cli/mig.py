@@ -3,6 +3,7 @@
 ``profiles MODEL`` lists what one GPU model can be cut into; ``validate MODEL LAYOUT`` says whether a
 layout (``3g.40gb,2g.20gb,1g.10gb``, optionally pinned ``3g.40gb@4``) can be placed, and where each
 instance starts (exit 0), or which rule it breaks (exit 1). Unknown models or profiles exit 2.
+``validate FILE`` checks a mig-parted file instead (``kubegpu.cli.migfile``).
 """
 
 from __future__ import annotations
@@ -133,7 +134,7 @@ def validate_cmd(
     layout: Annotated[
         str | None,
         typer.Argument(
-            metavar="[LAYOUT]",
+            metavar="LAYOUT",
             help="Comma-separated profiles; pin a start slot with NAME@SLOT (3g.40gb@4).",
             show_default=False,
         ),

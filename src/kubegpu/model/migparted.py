@@ -277,9 +277,7 @@ def desired_mig_layout(
             raise MigLayoutError(f"{where}: GPU {gpu.index} is a {gpu.model}, which does not support MIG")
         try:
             placement = placement_for(gpu.model, entry.mig_devices)
-        except MigLayoutError as exc:
-            raise MigLayoutError(f"{where}: GPU {gpu.index} ({gpu.model}): {exc}") from exc
-        except InputError as exc:  # a profile this model does not have
+        except (MigLayoutError, InputError) as exc:  # a broken rule, or a profile the model lacks
             raise MigLayoutError(f"{where}: GPU {gpu.index} ({gpu.model}): {exc}") from exc
         targets.append(
             GpuMigTarget(
