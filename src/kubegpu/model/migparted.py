@@ -175,6 +175,10 @@ def placement_for(model: str, mig_devices: Sequence[tuple[str, int]]) -> MigPlac
                 f"{key}: a {ci}-slice compute instance does not fit in {p.name}, which has "
                 f"{p.compute_slices} compute slice(s)"
             )
+        if count > p.max_count:  # refused before the list is built: a count may be any integer
+            raise MigLayoutError(
+                f"{p.name} appears {count} times, but at most {p.max_count} fit on one {p.model}"
+            )
         layout.extend([p.name] * count)
     if not layout:
         return MigPlacement(model=profile_model(model), instances=())

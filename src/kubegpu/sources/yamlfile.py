@@ -45,17 +45,24 @@ class LocatedDoc:
         return cls(f"{self.where(path)}: {message}")
 
 
-def _walk(node: yaml.Node, path: Path, lines: dict[Path, int]) -> None:
+def _walk(node: yaml.Node, path: Path, lines: dict[Path, int], done: set[int], active: set[int]) -> None:
     lines[path] = node.start_mark.line + 1
+    if id(node) in active:  # an anchor used inside itself: &a [*a]
+        raise RecursionError("recursive anchor")
+    if id(node) in done:  # an alias of a node already walked: walk it once, not 9**9 times
+        return
+    active.add(id(node))
     if isinstance(node, yaml.MappingNode):
         for key_node, value_node in node.value:
             key = key_node.value if isinstance(key_node, yaml.ScalarNode) else str(key_node.value)
             lines[(*path, key)] = key_node.start_mark.line + 1
-            _walk(value_node, (*path, key), lines)
+            _walk(value_node, (*path, key), lines, done, active)
             lines[(*path, key)] = key_node.start_mark.line + 1
     elif isinstance(node, yaml.SequenceNode):
         for i, item in enumerate(node.value):
-            _walk(item, (*path, i), lines)
+            _walk(item, (*path, i), lines, done, active)
+    active.discard(id(node))
+    done.add(id(node))
 
 
 def load_located(text: str, origin: str, cls: type[InputError] = InputError) -> LocatedDoc:
@@ -74,7 +81,7 @@ def load_located(text: str, origin: str, cls: type[InputError] = InputError) -> 
     lines: dict[Path, int] = {}
     if node is not None:
         try:
-            _walk(node, (), lines)
+            _walk(node, (), lines, set(), set())
         except RecursionError as exc:  # an anchor used inside itself: &a [*a]
             raise cls(f"{origin}: the YAML refers to itself (a recursive anchor)") from exc
     return LocatedDoc(origin=origin, data=data, lines=lines)

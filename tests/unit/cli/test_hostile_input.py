@@ -206,6 +206,47 @@ def test_agent_fault_file_that_can_never_be_read_is_refused_before_serving(tmp_p
     assert not plugin_dir.exists()
 
 
+# --- kubegpu mig validate FILE ----------------------------------------------------------------------------
+
+
+def _laughs(depth: int = 9) -> str:
+    """An alias bomb: 9**depth paths through nine references each (the 'billion laughs')."""
+    lines = ["version: v1", "l0: &l0 [x, x, x, x, x, x, x, x, x]"]
+    for i in range(1, depth + 1):
+        lines.append(f"l{i}: &l{i} [" + ", ".join([f"*l{i - 1}"] * 9) + "]")
+    lines.append("mig-configs: {a: [{devices: all, mig-enabled: false}]}")
+    return "\n".join(lines) + "\n"
+
+
+def test_mig_validate_an_alias_bomb_is_refused_at_once_naming_the_key(tmp_path: Path) -> None:
+    path = tmp_path / "bomb.yaml"
+    path.write_text(_laughs())
+    res = run_limited("mig", "validate", str(path))
+    assert res.returncode == 2, res.stderr[-2000:]
+    assert res.stderr.strip() == (
+        f"kubegpu: error: {path}:2: l0: unknown key 'l0'; allowed: mig-configs, version"
+    )
+
+
+def test_mig_validate_an_absurd_count_is_a_broken_rule_not_a_huge_list(tmp_path: Path) -> None:
+    path = tmp_path / "huge.yaml"
+    path.write_text(
+        "version: v1\nmig-configs:\n  a:\n    - devices: all\n      mig-enabled: true\n"
+        '      mig-devices: {"1g.10gb": 1000000000000000000}\n'
+    )
+    res = run_limited("mig", "validate", str(path), "--model", "H100-80GB")
+    assert res.returncode == 1, res.stderr[-2000:]
+    assert "1g.10gb appears 1000000000000000000 times, but at most 7" in res.stdout
+
+
+@pytest.mark.parametrize("kind", ["unreadable", "binary"])
+def test_mig_validate_a_file_that_cannot_be_read_is_one_line(cli: Runner, tmp_path: Path, kind) -> None:
+    path = Path(UNREADABLE) if kind == "unreadable" else tmp_path / "binary.yaml"
+    if kind == "binary":
+        path.write_bytes(b"\xf7\xfe\x00\x81 binary garbage")
+    one_line_input_error(cli("mig", "validate", str(path)), str(path), "cannot read")
+
+
 # --- every command's --help shows how to call it ---------------------------------------------------------
 
 COMMANDS = [
