@@ -286,7 +286,7 @@ SANDBOX_TABLE: tuple[tuple[str, str, str], ...] = (
     (
         r"ErrImagePull|ImagePullBackOff|Failed to pull image",
         "the image cannot be pulled (name, registry credentials, or size: GPU images are often >10 GB)",
-        "kubectl describe pod <pod>; pre-pull large images with a DaemonSet or a local registry",
+        "kubectl describe pod <pod>; pre-pull large images with the chart's prepull.images (docs/deploy.md)",
     ),
 )
 
