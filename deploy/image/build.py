@@ -16,8 +16,9 @@ Steps:
    man pages and locales.
 2. Wheels: ``pip download --no-deps`` of requirements.txt for CPython 3.11 / manylinux x86_64 into the
    cache (offline first: a warm build asks no index), then ``pip install --no-deps --no-compile
-   --target`` into /usr/lib/python3/dist-packages; ``direct_url.json`` (it names a temporary path) is
-   dropped.
+   --target -r requirements.txt`` from the cache into /usr/lib/python3/dist-packages (exactly the pins:
+   the cache is shared and may hold other checkouts' wheels); ``direct_url.json`` (it names a temporary
+   path) is dropped.
 3. One layer tar: entries sorted by path, every mtime = SOURCE_DATE_EPOCH (default: the time of the
    last commit), uid/gid 0, no user or group names, modes normalised (0755 executables and dirs,
    0644 files). Then a docker-archive (``docker save`` format: layer, config JSON, manifest.json)
@@ -463,7 +464,8 @@ def build(out: Path, *, cache: Path, tag: str, mtime: int, smoke: bool = True) -
         site = work / "site"
         pip = [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-compile", "--no-index"]
         pip += ["--target", str(site), *_pip_platform_args()]
-        _run([*pip, *map(str, sorted(wheels.glob("*.whl"))), str(own)])
+        # Exactly the pinned wheels: the cache is shared with other checkouts and may hold more.
+        _run([*pip, "--find-links", str(wheels), "-r", str(HERE / "requirements.txt"), str(own)])
         shutil.rmtree(site / "bin", ignore_errors=True)  # console scripts name the build's python
         for junk in (*site.glob("*.dist-info/direct_url.json"), *site.glob("*.dist-info/REQUESTED")):
             junk.unlink()  # direct_url.json names the temporary wheel path
