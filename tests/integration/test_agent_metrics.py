@@ -104,9 +104,12 @@ def test_pods_on_replicas_get_their_own_series_and_the_agent_reports_its_rpcs(
         mine = [line for line in used if f'pod="pod-{uid}"' in line]
         assert len(mine) == 1 and f'UUID="{uuid}"' in mine[0] and 'namespace="ml"' in mine[0]
     assert len(used) == 8 - len(set(ids)) + 2  # held GPUs: one series per pod; the others one each
-    assert 'kubegpu_registrations_total{resource="nvidia.com/gpu",outcome="success"} 1.0' in text
+    text = _wait_scrape(
+        port, agent, lambda t: "kubegpu_registrations_total{" in t
+    )  # Register may still be returning
+    assert 'kubegpu_registrations_total{outcome="success",resource="nvidia.com/gpu"} 1.0' in text
     assert (
-        'kubegpu_rpc_duration_seconds_count{rpc="Allocate",resource="nvidia.com/gpu",outcome="ok"} 2.0'
+        'kubegpu_rpc_duration_seconds_count{outcome="ok",resource="nvidia.com/gpu",rpc="Allocate"} 2.0'
         in text
     )
 
