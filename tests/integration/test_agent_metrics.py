@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.integration.conftest import AgentProcess
+from tests.integration.helpers import time_sliced
 from tests.integration.kubelet_double import Container, KubeletDouble, Pod
 from tests.integration.podresources_double import FakeContainer, FakePod, PodResourcesDouble
 
@@ -65,9 +66,7 @@ def test_pods_on_replicas_get_their_own_series_and_the_agent_reports_its_rpcs(
     start_agent: Callable[..., AgentProcess],
 ) -> None:
     config = plugin_dir / "ts.yaml"
-    config.write_text(
-        "version: v1\nsharing:\n  timeSlicing:\n    resources:\n    - name: nvidia.com/gpu\n      replicas: 4\n"
-    )
+    config.write_text(time_sliced(4))
     faults = plugin_dir / "faults.jsonl"
     port = _free_port()
     agent = start_agent(
