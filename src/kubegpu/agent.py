@@ -26,7 +26,10 @@
 10. in simulated mode (``--node-spec``) with ``--simulated-nvidia-smi`` it writes a stand-in
     ``nvidia-smi`` script into ``<plugin dir>/kubegpu-sim/`` and Allocate mounts it into containers
     (``deviceplugin/nvidia_smi.py``); real mode never does;
-11. ``--health-address`` serves ``/healthz`` and ``/readyz`` for kubelet's probes (``probes.py``).
+11. ``--health-address`` serves ``/healthz`` and ``/readyz`` for kubelet's probes (``probes.py``);
+12. ``--metrics-address`` serves dcgm-exporter-compatible ``/metrics`` (``kubegpu.metrics``, imported
+    only then): NVML or the load model for values, kubelet's PodResources for pod labels, and the
+    agent's own RPC latencies, registrations and health transitions through small hooks.
 
 The plugin directory is made absolute once, when the agent is built (gRPC's ``unix://`` needs it).
 """
@@ -53,7 +56,7 @@ from kubegpu.deviceplugin.inventory import Inventory, Resource, build_inventory
 from kubegpu.deviceplugin.kubelet_socket import SocketIdentity, socket_identity
 from kubegpu.deviceplugin.plugin import ResourcePlugin
 from kubegpu.deviceplugin.response import MountSpec
-from kubegpu.deviceplugin.server import REGISTER_TIMEOUT_S, PluginServer, register
+from kubegpu.deviceplugin.server import REGISTER_TIMEOUT_S, PluginServer, RpcObserver, register
 from kubegpu.deviceplugin.sockets import make_dirs, too_long
 from kubegpu.echo import clip
 from kubegpu.errors import InputError, KubegpuError, RegistrationFailed, SourceError, UnknownGpuError
@@ -64,6 +67,7 @@ from kubegpu.probes import ProbeServer
 from kubegpu.sources.faults import FaultFileFollower
 
 if TYPE_CHECKING:
+    from kubegpu.metrics.exporter import MetricsExporter
     from kubegpu.sources.nvml import NvmlSource
 
 __all__ = ["DEFAULT_DEVICE_PLUGIN_DIR", "Agent", "AgentOptions"]
@@ -142,6 +146,7 @@ class Agent:
         self._config_pending: tuple[object, ...] | None = None  # a new identity seen once, not yet loaded
         self._sim_mounts: tuple[MountSpec, ...] = ()
         self._probes: ProbeServer | None = None
+        self._metrics: MetricsExporter | None = None
 
     # -- building ---------------------------------------------------------------------------------
 
@@ -211,15 +216,46 @@ class Agent:
             for p in nvidia_smi.CONTAINER_PATHS
         )
 
+    def _server(self, plugin: ResourcePlugin) -> PluginServer:
+        observer: RpcObserver | None = self._metrics.observe_rpc if self._metrics is not None else None
+        return PluginServer(plugin, self.options.device_plugin_dir, observer=observer)
+
     def _plugins(self, inventory: Inventory, config: AgentConfig, tracker: HealthTracker) -> list[_Slot]:
         return [
-            _Slot(
-                server=PluginServer(
-                    self._plugin(r, inventory, config, tracker), self.options.device_plugin_dir
-                )
-            )
+            _Slot(server=self._server(self._plugin(r, inventory, config, tracker)))
             for r in inventory.resources
         ]
+
+    def _build_metrics(self, config: AgentConfig) -> MetricsExporter | None:
+        """The metrics exporter when ``--metrics-address`` is given (not started yet), else ``None``."""
+        if not config.metrics_address:
+            return None
+        from kubegpu.metrics.exporter import MetricsExporter
+        from kubegpu.metrics.ledger import EventLedger
+        from kubegpu.metrics.sampler import GpuSampler, NvmlSampler, SimulatedSampler
+        from kubegpu.podresources.client import PodResourcesClient
+
+        ledger = EventLedger()
+        sampler: GpuSampler = (
+            NvmlSampler(lambda: self._nvml_source) if self.options.use_nvml else SimulatedSampler(ledger)
+        )
+
+        def served(resource: str) -> bool:
+            inventory = self.inventory
+            names = {str(r.name) for r in inventory.resources} if inventory is not None else set()
+            return resource in names or resource == "nvidia.com/gpu" or resource.startswith("nvidia.com/mig-")
+
+        holders = None
+        if config.pod_resources_socket:
+            holders = PodResourcesClient(Path(config.pod_resources_socket), wanted=served)
+        return MetricsExporter(
+            address=config.metrics_address,
+            node=lambda: self.node,
+            sampler=sampler,
+            holders=holders,
+            hostname=self.options.env.get("NODE_NAME") or os.uname().nodename,
+            ledger=ledger,
+        )
 
     def start(self) -> None:
         """Load everything (raising ``KubegpuError`` on bad input, with nothing started), then serve."""
@@ -258,6 +294,7 @@ class Agent:
                 f"--device-plugin-dir {plugin_dir}: cannot write the simulated nvidia-smi: "
                 f"{exc.strerror or exc}"
             ) from exc
+        self._metrics = self._build_metrics(config)
         with self._lock:
             self.node, self.config, self.inventory, self.tracker = node, config, inventory, tracker
             self._slots = self._plugins(inventory, config, tracker)
@@ -292,6 +329,12 @@ class Agent:
                 self.stop()
                 raise
             self._probes = probes
+        if self._metrics is not None:
+            try:
+                self._metrics.start()
+            except BaseException:
+                self.stop()
+                raise
 
     def _start_nvml_watch(self) -> None:
         if self._nvml_source is not None and self._nvml_thread is None:
@@ -411,9 +454,13 @@ class Agent:
         # file text: it reaches log lines and gRPC errors
         event = dataclasses.replace(observed, detail=clip(observed.detail))
         try:
-            tracker.apply(event)
+            transition = tracker.apply(event)
         except UnknownGpuError as exc:
             log.error("health event for an unknown GPU ignored", extra={"error": str(exc)})
+            return
+        if self._metrics is not None:
+            healthy = transition.healthy if transition is not None else None
+            self._metrics.observe_event(tracker.resolve(event.gpu), event, healthy)
 
     # -- registration and kubelet restarts --------------------------------------------------------
 
@@ -510,6 +557,8 @@ class Agent:
             except RegistrationFailed as exc:
                 if self._stop.is_set():
                     return
+                if self._metrics is not None:
+                    self._metrics.observe_registration(str(slot.server.plugin.resource.name), False)
                 with self._lock:
                     slot.next_attempt = now + slot.backoff_s
                     retry_in_s = slot.backoff_s
@@ -519,6 +568,8 @@ class Agent:
                     extra={"error": str(exc), "retry_in_s": round(retry_in_s, 2)},
                 )
                 continue
+            if self._metrics is not None:
+                self._metrics.observe_registration(str(slot.server.plugin.resource.name), True)
             with self._lock:
                 slot.registered_with = identity
                 slot.backoff_s = 0.1
@@ -558,9 +609,7 @@ class Agent:
             ):
                 kept[plugin.resource.name] = old
             else:
-                fresh[plugin.resource.name] = _Slot(
-                    server=PluginServer(plugin, self.options.device_plugin_dir)
-                )
+                fresh[plugin.resource.name] = _Slot(server=self._server(plugin))
         try:
             for slot in fresh.values():
                 if self._stop.is_set():
@@ -613,6 +662,8 @@ class Agent:
         deadline = time.monotonic() + STOP_BUDGET_S
         if self._probes is not None:
             self._probes.stop()
+        if self._metrics is not None:
+            self._metrics.stop()
         if self.tracker is not None:
             self.tracker.wake()
         if self._fault_follower is not None:

@@ -28,11 +28,12 @@ log = logging.getLogger(__name__)
 Check = Callable[[], tuple[bool, Mapping[str, object]]]
 
 
-def parse_address(address: str) -> tuple[str, int]:
-    """``HOST:PORT``, ``:PORT`` (all interfaces) or ``[V6]:PORT`` -> (host, port)."""
+def parse_address(address: str, *, flag: str = "--health-address") -> tuple[str, int]:
+    """``HOST:PORT``, ``:PORT`` (all interfaces) or ``[V6]:PORT`` -> (host, port); ``flag`` names
+    the option in the error."""
     host, sep, port_text = address.rpartition(":")
     if not sep or not port_text.isdigit() or not 0 <= int(port_text) <= 65535:
-        raise InputError(f"--health-address {address!r}: give HOST:PORT or :PORT, e.g. :8080")
+        raise InputError(f"{flag} {address!r}: give HOST:PORT or :PORT, e.g. :8080")
     return host.strip("[]") or "0.0.0.0", int(port_text)
 
 

@@ -14,11 +14,15 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.parse
+import urllib.request
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -373,7 +377,11 @@ def start_agent(rig: Rig, tmp_path: Path) -> Iterator[Callable[..., AgentProcess
     started: list[AgentProcess] = []
 
     def start(
-        node_spec: str = "builtin:seed-8gpu", *, config: Path | None = None, fault_file: Path | None = None
+        node_spec: str = "builtin:seed-8gpu",
+        *,
+        config: Path | None = None,
+        fault_file: Path | None = None,
+        extra_args: Sequence[str] = (),
     ) -> AgentProcess:
         probe = subprocess.run(
             kubegpu_argv("agent", "--help"), capture_output=True, text=True, timeout=60, check=False
@@ -396,6 +404,7 @@ def start_agent(rig: Rig, tmp_path: Path) -> Iterator[Callable[..., AgentProcess
             argv += ["--config", str(config)]
         if fault_file is not None:
             argv += ["--fault-file", str(fault_file)]
+        argv += list(extra_args)
         log_path = tmp_path / f"agent-{len(started)}.log"
         with log_path.open("wb") as logf:
             proc = subprocess.Popen(argv, stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
@@ -421,3 +430,110 @@ def gpu_index_by_uuid(node_spec: str) -> dict[str, int]:
         kubegpu_argv("topo", node_spec, "--json"), capture_output=True, text=True, timeout=60, check=True
     ).stdout
     return {g["uuid"]: int(g["index"]) for g in json.loads(out)["gpus"]}
+
+
+# ----------------------------------------------------------------------------------------------- Prometheus
+
+PROMETHEUS = Path("/usr/bin/prometheus")  # Debian's package, installed by the rig (rig.py TOOL_PACKAGES)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class PrometheusProcess:
+    """A real Prometheus scraping fixed targets every second, its data under the test's tmp dir."""
+
+    url: str
+    proc: subprocess.Popen[bytes]
+    log_path: Path
+
+    def query(self, promql: str) -> list[dict[str, Any]]:
+        """The instant vector ``promql`` selects now (``data.result``), through the HTTP API."""
+        q = urllib.parse.urlencode({"query": promql})
+        with urllib.request.urlopen(f"{self.url}/api/v1/query?{q}", timeout=10) as reply:
+            body = json.loads(reply.read())
+        if body.get("status") != "success":
+            raise RigError(f"Prometheus query {promql!r} failed: {body}")
+        result: list[dict[str, Any]] = body["data"]["result"]
+        return result
+
+    def targets(self) -> list[dict[str, Any]]:
+        with urllib.request.urlopen(f"{self.url}/api/v1/targets", timeout=10) as reply:
+            active: list[dict[str, Any]] = json.loads(reply.read())["data"]["activeTargets"]
+        return active
+
+    def log_tail(self, lines: int = 30) -> str:
+        try:
+            text = self.log_path.read_text(errors="replace").splitlines()
+        except OSError:
+            return "---- prometheus: no log"
+        return "---- last lines of the prometheus log\n" + "\n".join(text[-lines:])
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=10)
+
+
+@pytest.fixture
+def start_prometheus(tmp_path: Path) -> Iterator[Callable[[Sequence[str]], PrometheusProcess]]:
+    """Start ``prometheus`` (by PID, own port and data dir) scraping ``targets`` (HOST:PORT) every 1 s."""
+    started: list[PrometheusProcess] = []
+
+    def start(targets: Sequence[str]) -> PrometheusProcess:
+        if not PROMETHEUS.exists():
+            cannot_run(f"{PROMETHEUS} is missing (Debian's prometheus package; the rig installs it on `up`)")
+        config = tmp_path / "prometheus.yml"
+        config.write_text(
+            json.dumps(  # JSON is YAML
+                {
+                    "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+                    "scrape_configs": [
+                        {
+                            "job_name": "kubegpu",
+                            "scrape_interval": "1s",
+                            "scrape_timeout": "1s",
+                            "static_configs": [{"targets": list(targets)}],
+                        }
+                    ],
+                }
+            )
+        )
+        port = free_port()
+        log_path = tmp_path / f"prometheus-{len(started)}.log"
+        argv = [
+            str(PROMETHEUS),
+            f"--config.file={config}",
+            f"--storage.tsdb.path={tmp_path / f'prometheus-data-{len(started)}'}",
+            f"--web.listen-address=127.0.0.1:{port}",
+        ]
+        with log_path.open("wb") as logf:
+            proc = subprocess.Popen(argv, stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        prom = PrometheusProcess(url=f"http://127.0.0.1:{port}", proc=proc, log_path=log_path)
+        started.append(prom)
+        _current_logs.append(prom.log_tail)
+
+        def ready() -> bool:
+            if proc.poll() is not None:
+                pytest.fail(f"prometheus exited ({proc.returncode})\n{prom.log_tail()}", pytrace=False)
+            try:
+                with urllib.request.urlopen(f"{prom.url}/-/ready", timeout=2) as reply:
+                    return int(reply.status) == 200
+            except (urllib.error.URLError, ConnectionError):
+                return False
+
+        wait_until("prometheus to be ready", ready, 60)
+        return prom
+
+    yield start
+    for prom in started:
+        prom.stop()
+        _current_logs.remove(prom.log_tail)

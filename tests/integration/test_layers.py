@@ -36,6 +36,8 @@ CASES = [
     ("doctor/host.py", "import pynvml", {"R5"}),
     ("agent.py", "import grpc", {"R6"}),
     ("sim/run.py", "import kubernetes", {"R7"}),
+    ("agent.py", "import prometheus_client", {"R8"}),
+    ("metrics/dcgm.py", "import kubegpu.deviceplugin.config", {"R3"}),
 ]
 
 

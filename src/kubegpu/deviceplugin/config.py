@@ -157,6 +157,15 @@ def _str(where: str, value: object) -> str:
     raise ConfigError(f"{where}: {shorten(value)} is not a string")
 
 
+def _address(where: str, value: object) -> str:
+    """``HOST:PORT``, ``:PORT`` or ``[V6]:PORT``; empty = off."""
+    text = _str(where, value).strip()
+    _host, sep, port = text.rpartition(":")
+    if text and (not sep or not port.isdigit() or int(port) > 65535):
+        raise ConfigError(f"{where}: {shorten(text)} is not HOST:PORT or :PORT (e.g. :9400); empty = off")
+    return text
+
+
 def _enum(cls: type[E], where: str, value: object) -> E:
     allowed = [m.value for m in cls]
     if isinstance(value, str):
@@ -817,6 +826,23 @@ _HEALTH = Setting[HealthPolicy](
         EnvVar("DP_ENABLE_HEALTHCHECKS", apply=_enable_healthchecks),
     ),
 )
+# Metrics (docs/metrics.md): read when the agent starts; a reload does not move the endpoint.
+_METRICS_ADDRESS = Setting[str](
+    name="metrics_address",
+    parse=_address,
+    default="",
+    help="Serve dcgm-exporter-compatible /metrics on HOST:PORT or :PORT (the chart uses :9400); empty: off.",
+    env=(EnvVar("KUBEGPU_METRICS_ADDRESS"),),
+    flag="--metrics-address",
+)
+_POD_RESOURCES_SOCKET = Setting[str](
+    name="pod_resources_socket",
+    parse=_str,
+    default="/var/lib/kubelet/pod-resources/kubelet.sock",
+    help="kubelet's PodResources socket, for the pod labels of /metrics.",
+    env=(EnvVar("KUBEGPU_POD_RESOURCES_SOCKET"),),
+    flag="--pod-resources-socket",
+)
 
 SETTINGS: tuple[Setting[Any], ...] = (
     _MIG_STRATEGY,
@@ -836,6 +862,8 @@ SETTINGS: tuple[Setting[Any], ...] = (
     _CDI_KIND,
     _PRE_START_CHECK,
     _HEALTH,
+    _METRICS_ADDRESS,
+    _POD_RESOURCES_SOCKET,
 )
 ENV_VARS: tuple[str, ...] = tuple(sorted({e.name for s in SETTINGS for e in s.env}))
 CLI_FLAGS: Mapping[str, str] = {s.name: s.flag for s in SETTINGS if s.flag}
@@ -866,6 +894,8 @@ class AgentConfig:
     replica_policy: str = _REPLICA_POLICY.default
     pre_start_check: bool = _PRE_START_CHECK.default
     health: HealthPolicy = _HEALTH.default
+    metrics_address: str = _METRICS_ADDRESS.default
+    pod_resources_socket: str = _POD_RESOURCES_SOCKET.default
     sharing: Sharing | None = None
     source_file: str | None = None
     warnings: tuple[str, ...] = ()

@@ -37,6 +37,7 @@ __all__ = [
     "REGISTER_TIMEOUT_S",
     "DevicePluginServicer",
     "PluginServer",
+    "RpcObserver",
     "register",
     "to_proto_allocation",
 ]
@@ -60,6 +61,10 @@ DEFAULT_UNARY_WORKERS = 16  # workers no stream can take: Allocate & co. never w
 REGISTER_TIMEOUT_S = 5.0  # kubelet's Register dials our (already serving) socket and asks for options
 _MAX_CAUSE = 300  # characters of an unexpected exception's text that go into the gRPC status
 _T = TypeVar("_T")
+
+# Told of every unary RPC once it is answered: (rpc, resource, seconds, ok). The agent's metrics use it;
+# an observer that raises is logged and otherwise ignored.
+RpcObserver = Callable[[str, str, float, bool], None]
 
 
 def _device(status: DeviceStatus) -> pb.Device:
@@ -92,9 +97,15 @@ class DevicePluginServicer(pb_grpc.DevicePluginServicer):
     """
 
     def __init__(
-        self, plugin: Callable[[], ResourcePlugin], stopping: threading.Event, *, max_streams: int
+        self,
+        plugin: Callable[[], ResourcePlugin],
+        stopping: threading.Event,
+        *,
+        max_streams: int,
+        observer: RpcObserver | None = None,
     ) -> None:
         self._plugin = plugin
+        self._observer = observer
         self._stopping = stopping
         self._max_streams = max_streams
         self._streams = threading.BoundedSemaphore(max_streams)
@@ -114,12 +125,25 @@ class DevicePluginServicer(pb_grpc.DevicePluginServicer):
 
     def _unary(self, rpc: str, context: grpc.ServicerContext, answer: Callable[[ResourcePlugin], _T]) -> _T:
         plugin = self._plugin()
+        started = time.perf_counter()
         try:
-            return answer(plugin)
+            reply = answer(plugin)
         except Exception as exc:
+            self._observe(rpc, plugin, started, ok=False)
             code, message = self._fail(rpc, plugin, exc)
+        else:
+            self._observe(rpc, plugin, started, ok=True)
+            return reply
         context.abort(code, message)
         raise AssertionError("unreachable: context.abort raises")
+
+    def _observe(self, rpc: str, plugin: ResourcePlugin, started: float, *, ok: bool) -> None:
+        if self._observer is None:
+            return
+        try:
+            self._observer(rpc, str(plugin.resource.name), time.perf_counter() - started, ok)
+        except Exception as exc:
+            log.warning("RPC observer failed", extra={"rpc": rpc, "error": f"{type(exc).__name__}: {exc}"})
 
     def GetDevicePluginOptions(
         self, request: pb.Empty, context: grpc.ServicerContext
@@ -218,8 +242,10 @@ class PluginServer:
         *,
         max_streams: int = DEFAULT_MAX_STREAMS,
         unary_workers: int = DEFAULT_UNARY_WORKERS,
+        observer: RpcObserver | None = None,
     ) -> None:
         self.plugin = plugin
+        self._observer = observer
         self._dir = plugin_dir
         self._max_streams = max_streams
         self._unary_workers = unary_workers
@@ -260,7 +286,9 @@ class PluginServer:
                 max_workers=self._max_streams + self._unary_workers, thread_name_prefix="deviceplugin"
             )
         )
-        servicer = DevicePluginServicer(lambda: self.plugin, self._stopping, max_streams=self._max_streams)
+        servicer = DevicePluginServicer(
+            lambda: self.plugin, self._stopping, max_streams=self._max_streams, observer=self._observer
+        )
         pb_grpc.add_DevicePluginServicer_to_server(servicer, server)  # type: ignore[no-untyped-call]
         try:
             with bound_with_mode(path):

@@ -31,6 +31,7 @@ from kubegpu.errors import SourceError
 from kubegpu.model.event import GpuEvent, GpuEventKind
 from kubegpu.model.gpu import CATALOGUE, GpuModel
 from kubegpu.model.node import Gpu, GpuUuid, MigInstance, Node
+from kubegpu.model.sample import GpuSample, MemoryUse
 from kubegpu.model.topology import Link, LinkKind, Topology
 
 __all__ = [
@@ -207,6 +208,10 @@ def _catalogue(product: str) -> tuple[str, GpuModel | None]:
     return product.removeprefix("NVIDIA ").replace(" ", "-"), None
 
 
+def _memory_use(info: Any) -> MemoryUse:
+    return MemoryUse(used_mib=int(info.used) // 2**20, free_mib=int(info.free) // 2**20)
+
+
 def _numa_node(bus_id: str, sysfs: Path) -> int | None:
     try:
         value = int((sysfs / "bus/pci/devices" / _sysfs_bus_id(bus_id) / "numa_node").read_text().strip())
@@ -368,6 +373,80 @@ class NvmlSource:
                 "GPU topology unavailable; allocation falls back to simple", extra={"error": str(exc)}
             )
             return None
+
+    # -- telemetry (the metrics exporter) ---------------------------------------------------------
+
+    def driver_version(self) -> str:
+        """The driver version (``550.54.15``), or ``""`` if NVML cannot say."""
+        try:
+            return _text(self._nvml.nvmlSystemGetDriverVersion())
+        except self._nvml.NVMLError as exc:
+            log.debug("driver version unreadable", extra={"error": explain(exc)})
+            return ""
+
+    def read_sample(self, index: int) -> GpuSample:
+        """GPU ``index``'s utilisation, framebuffer, temperature, power, SM clock and ECC counts.
+
+        A read NVML refuses leaves its field ``None`` and says why in ``problems`` (explained as
+        every NVML failure is), except "not supported" (code 3), which is what a GPU without the
+        counter answers and is left out silently. ``read_node`` must have run (it finds the handles).
+        """
+        nv = self._nvml
+        handle = self._handles[index]
+        problems: list[str] = []
+
+        def read(what: str, fn: Callable[..., Any], *args: Any) -> Any:
+            try:
+                return fn(*args)
+            except nv.NVMLError as exc:
+                if getattr(exc, "value", None) != 3:
+                    problems.append(f"{what}: {explain(exc)}")
+                return None
+            except AttributeError:  # an older nvidia-ml-py without the call
+                return None
+
+        rates = read("utilization", nv.nvmlDeviceGetUtilizationRates, handle)
+        memory = read("memory", nv.nvmlDeviceGetMemoryInfo, handle)
+        temperature = read("temperature", nv.nvmlDeviceGetTemperature, handle, nv.NVML_TEMPERATURE_GPU)
+        power_mw = read("power", nv.nvmlDeviceGetPowerUsage, handle)
+        sm_clock = read("SM clock", nv.nvmlDeviceGetClockInfo, handle, nv.NVML_CLOCK_SM)
+
+        def ecc(error_type: int, counter: int) -> int | None:
+            value = read("ECC counters", nv.nvmlDeviceGetTotalEccErrors, handle, error_type, counter)
+            return None if value is None else int(value)
+
+        corrected, uncorrected = nv.NVML_MEMORY_ERROR_TYPE_CORRECTED, nv.NVML_MEMORY_ERROR_TYPE_UNCORRECTED
+        return GpuSample(
+            gpu_util=None if rates is None else float(rates.gpu),
+            mem_copy_util=None if rates is None else float(rates.memory),
+            temperature_c=None if temperature is None else float(temperature),
+            power_w=None if power_mw is None else power_mw / 1000.0,
+            memory=None if memory is None else _memory_use(memory),
+            sm_clock_mhz=None if sm_clock is None else float(sm_clock),
+            ecc_sbe_volatile=ecc(corrected, nv.NVML_VOLATILE_ECC),
+            ecc_dbe_volatile=ecc(uncorrected, nv.NVML_VOLATILE_ECC),
+            ecc_sbe_aggregate=ecc(corrected, nv.NVML_AGGREGATE_ECC),
+            ecc_dbe_aggregate=ecc(uncorrected, nv.NVML_AGGREGATE_ECC),
+            mig_memory=self._mig_memory(handle, read),
+            problems=tuple(dict.fromkeys(problems)),
+        )
+
+    def _mig_memory(self, handle: Any, read: Callable[..., Any]) -> dict[str, MemoryUse]:
+        nv = self._nvml
+        mode = read("MIG mode", nv.nvmlDeviceGetMigMode, handle)
+        if mode is None or mode[0] != nv.NVML_DEVICE_MIG_ENABLE:
+            return {}
+        out: dict[str, MemoryUse] = {}
+        for j in range(read("max MIG device count", nv.nvmlDeviceGetMaxMigDeviceCount, handle) or 0):
+            try:
+                mig = nv.nvmlDeviceGetMigDeviceHandleByIndex(handle, j)
+            except nv.NVMLError:
+                continue  # an empty slot
+            uuid = read("MIG UUID", nv.nvmlDeviceGetUUID, mig)
+            memory = read("MIG memory", nv.nvmlDeviceGetMemoryInfo, mig)
+            if uuid is not None and memory is not None:
+                out[_text(uuid)] = _memory_use(memory)
+        return out
 
     # -- health ---------------------------------------------------------------------------------
 

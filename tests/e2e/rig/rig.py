@@ -28,7 +28,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -57,9 +57,15 @@ REQUIRED_PACKAGES = {
     "/usr/bin/openssl": "openssl",
     "/usr/sbin/iptables": "iptables",
     "/usr/bin/mmdebstrap": "mmdebstrap",  # the kubegpu image's root file system (deploy/image/build.py)
+}
+# Tools the e2e tests run as their own processes: installed without recommends and without letting the
+# package start its service (a policy-rc.d that refuses, for the install only); the suite never uses it.
+TOOL_PACKAGES = {
+    "/usr/bin/prometheus": "prometheus",  # tests/e2e/test_metrics.py scrapes the agent with it
     "/usr/bin/docker-registry": "docker-registry",  # a local registry for the pre-pull e2e (test_prepull.py)
     "/usr/bin/skopeo": "skopeo",  # pushes a docker-archive into that registry
 }
+POLICY_RC_D = Path("/usr/sbin/policy-rc.d")
 
 
 class RigError(RuntimeError):
@@ -283,15 +289,36 @@ def ensure_host(paths: Paths) -> None:
     apparmor = Path("/sys/module/apparmor/parameters/enabled")
     if apparmor.exists() and apparmor.read_text().strip() == "Y" and not shutil.which("apparmor_parser"):
         missing.append("apparmor")
+    tools = sorted({pkg for probe, pkg in TOOL_PACKAGES.items() if not Path(probe).exists()})
+    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+    if missing or tools:
+        _run(["apt-get", "update", "-q"], env=env)
     if missing:
         log(f"installing Debian packages: {' '.join(missing)}")
-        env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
-        _run(["apt-get", "update", "-q"], env=env)
         _run(["apt-get", "install", "-y", "-q", *missing], env=env)
+    if tools:
+        log(f"installing Debian packages (no recommends, services not started): {' '.join(tools)}")
+        with _services_not_started():
+            _run(["apt-get", "install", "-y", "-q", "--no-install-recommends", *tools], env=env)
     for key, value in (("net/ipv4/ip_forward", "1"), ("net/bridge/bridge-nf-call-iptables", "1")):
         f = Path("/proc/sys", key)
         if f.exists():
             f.write_text(value)
+
+
+@contextlib.contextmanager
+def _services_not_started() -> Iterator[None]:
+    """While installing: invoke-rc.d and deb-systemd-invoke start no service (policy-rc.d exit 101).
+    An existing policy-rc.d (Debian container images ship one) is left as it is."""
+    if POLICY_RC_D.exists():
+        yield
+        return
+    POLICY_RC_D.write_text("#!/bin/sh\n# kubegpu rig: no service starts during this install\nexit 101\n")
+    POLICY_RC_D.chmod(0o755)
+    try:
+        yield
+    finally:
+        POLICY_RC_D.unlink(missing_ok=True)
 
 
 def _openssl(*args: str | Path) -> None:

@@ -3,7 +3,9 @@
 Two H100s (UUIDs ``GPU-fake-0``, ``GPU-fake-1``). Faults are injected at run time through the JSON file
 named by ``KUBEGPU_FAKE_NVML``, re-read on every call: ``{"fail": {"nvmlEventSetCreate": 999,
 "nvmlEventSetWait_v2": "TypeError"}}`` makes a call raise ``NVMLError(999)`` or a builtin exception.
-Event waits return a timeout after at most 50 ms.
+Event waits return a timeout after at most 50 ms. Telemetry (the metrics exporter's reads) is fixed per
+GPU ``h``: utilisation ``37+h``/``12+h`` %, ``(h+1)`` GiB of the 80 GiB used, ``41+h`` C, ``123.456+h`` W,
+SM clock 1755 MHz, ECC corrected/uncorrected ``2h``/``h`` (volatile) and ``10+2h``/``5+h`` (aggregate).
 """
 
 from __future__ import annotations
@@ -20,6 +22,12 @@ NVML_NVLINK_MAX_LINKS = 2
 nvmlEventTypeXidCriticalError = 8
 nvmlEventTypeDoubleBitEccError = 2
 nvmlEventTypeSingleBitEccError = 1
+NVML_TEMPERATURE_GPU = 0
+NVML_CLOCK_SM = 1
+NVML_MEMORY_ERROR_TYPE_CORRECTED = 0
+NVML_MEMORY_ERROR_TYPE_UNCORRECTED = 1
+NVML_VOLATILE_ECC = 0
+NVML_AGGREGATE_ECC = 1
 
 
 class NVMLError(Exception):
@@ -76,7 +84,39 @@ def nvmlDeviceGetUUID(h: int) -> bytes:
 
 
 def nvmlDeviceGetMemoryInfo(h: int) -> SimpleNamespace:
-    return SimpleNamespace(total=80 * 2**30)
+    _maybe_fail("nvmlDeviceGetMemoryInfo")
+    used = (h + 1) * 2**30
+    return SimpleNamespace(total=80 * 2**30, used=used, free=80 * 2**30 - used)
+
+
+def nvmlSystemGetDriverVersion() -> bytes:
+    return b"550.54.15"
+
+
+def nvmlDeviceGetUtilizationRates(h: int) -> SimpleNamespace:
+    _maybe_fail("nvmlDeviceGetUtilizationRates")
+    return SimpleNamespace(gpu=37 + h, memory=12 + h)
+
+
+def nvmlDeviceGetTemperature(h: int, sensor: int) -> int:
+    _maybe_fail("nvmlDeviceGetTemperature")
+    return 41 + h
+
+
+def nvmlDeviceGetPowerUsage(h: int) -> int:
+    _maybe_fail("nvmlDeviceGetPowerUsage")
+    return 123456 + h * 1000
+
+
+def nvmlDeviceGetClockInfo(h: int, clock: int) -> int:
+    _maybe_fail("nvmlDeviceGetClockInfo")
+    return 1755
+
+
+def nvmlDeviceGetTotalEccErrors(h: int, error_type: int, counter: int) -> int:
+    _maybe_fail("nvmlDeviceGetTotalEccErrors")
+    per_gpu = 2 * h if error_type == NVML_MEMORY_ERROR_TYPE_CORRECTED else h
+    return per_gpu + (0 if counter == NVML_VOLATILE_ECC else 10 // (1 + error_type))
 
 
 def nvmlDeviceGetNvLinkState(h: int, link: int) -> int:

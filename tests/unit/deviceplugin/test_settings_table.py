@@ -50,6 +50,8 @@ SAMPLES: dict[str, tuple[str, object, str, object]] = {
     "allocation_policy": ("simple", "simple", "topology", "topology"),
     "cdi_kind": ("example.com/gpu", "example.com/gpu", "other.example/gpu", "other.example/gpu"),
     "pre_start_check": ("true", True, "false", False),
+    "metrics_address": (":9400", ":9400", "127.0.0.1:9401", "127.0.0.1:9401"),
+    "pod_resources_socket": ("/run/a.sock", "/run/a.sock", "/run/b.sock", "/run/b.sock"),
 }
 # Settings whose value is a whole section; their sources are tested in test_config.py.
 SECTIONS = {"health"}

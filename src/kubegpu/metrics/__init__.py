@@ -1,0 +1,1 @@
+"""dcgm-exporter-compatible ``/metrics`` for the agent, with pods attributed through PodResources."""

@@ -1,0 +1,217 @@
+"""dcgm-exporter's GPU series, built at scrape time: names, types, HELP texts and labels as its 4.x.
+
+Labels, in dcgm-exporter's order: ``gpu``, ``UUID``, ``pci_bus_id``, ``device`` (``nvidia<index>``),
+``modelName`` (NVML's product name), for MIG series ``GPU_I_PROFILE`` and ``GPU_I_ID``, ``Hostname``,
+``DCGM_FI_DRIVER_VERSION``, then ``container``, ``namespace``, ``pod`` for series of held devices.
+``DCGM_FI_DEV_XID_ERRORS`` also carries ``err_code`` and ``err_msg``. Which series exist is
+``attribution.targets``; the values come from a ``GpuSampler`` (docs/metrics.md).
+
+Rendered here rather than by prometheus-client, whose text writer renames a counter's family to
+``<name>_total`` (dcgm-exporter's counters keep their names, e.g. ``DCGM_FI_DEV_ECC_SBE_VOL_TOTAL``) and
+sorts labels: this writes dcgm-exporter's exposition (label order, ``%d`` for integer fields and ``%f``
+for double ones, no timestamps).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from kubegpu.health.xid import XID_MEANINGS
+from kubegpu.metrics.attribution import SeriesTarget, held_counts, targets
+from kubegpu.metrics.holders import CachedHolders
+from kubegpu.metrics.ledger import EventLedger
+from kubegpu.metrics.sampler import GpuSampler
+from kubegpu.model.gpu import CATALOGUE
+from kubegpu.model.holder import DeviceHolder
+from kubegpu.model.node import Gpu, Node
+from kubegpu.model.sample import GpuSample, MemoryUse
+
+__all__ = ["FIELDS", "DcgmCollector", "Field", "model_name", "render_family"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Field:
+    """One dcgm-exporter field: ``value(sample, memory)`` where ``memory`` is the series' framebuffer
+    (the MIG instance's on a MIG series, else the GPU's); ``None`` leaves the series out."""
+
+    name: str
+    type: str
+    help: str
+    value: Callable[[GpuSample, MemoryUse | None], float | None]
+    double: bool = False  # written as %f (dcgm-exporter's double fields), else %d
+
+
+FIELDS: tuple[Field, ...] = (
+    Field(
+        name="DCGM_FI_DEV_SM_CLOCK",
+        type="gauge",
+        help="SM clock frequency (in MHz).",
+        value=lambda s, m: s.sm_clock_mhz,
+    ),
+    Field(
+        name="DCGM_FI_DEV_GPU_TEMP",
+        type="gauge",
+        help="GPU temperature (in C).",
+        value=lambda s, m: s.temperature_c,
+    ),
+    Field(
+        name="DCGM_FI_DEV_POWER_USAGE",
+        type="gauge",
+        help="Power draw (in W).",
+        value=lambda s, m: s.power_w,
+        double=True,
+    ),
+    Field(
+        name="DCGM_FI_DEV_GPU_UTIL",
+        type="gauge",
+        help="GPU utilization (in %).",
+        value=lambda s, m: s.gpu_util,
+    ),
+    Field(
+        name="DCGM_FI_DEV_MEM_COPY_UTIL",
+        type="gauge",
+        help="Memory utilization (in %).",
+        value=lambda s, m: s.mem_copy_util,
+    ),
+    Field(
+        name="DCGM_FI_DEV_FB_FREE",
+        type="gauge",
+        help="Framebuffer memory free (in MiB).",
+        value=lambda s, m: None if m is None else m.free_mib,
+    ),
+    Field(
+        name="DCGM_FI_DEV_FB_USED",
+        type="gauge",
+        help="Framebuffer memory used (in MiB).",
+        value=lambda s, m: None if m is None else m.used_mib,
+    ),
+    Field(
+        name="DCGM_FI_DEV_ECC_SBE_VOL_TOTAL",
+        type="counter",
+        help="Total number of single-bit volatile ECC errors.",
+        value=lambda s, m: s.ecc_sbe_volatile,
+    ),
+    Field(
+        name="DCGM_FI_DEV_ECC_DBE_VOL_TOTAL",
+        type="counter",
+        help="Total number of double-bit volatile ECC errors.",
+        value=lambda s, m: s.ecc_dbe_volatile,
+    ),
+    Field(
+        name="DCGM_FI_DEV_ECC_SBE_AGG_TOTAL",
+        type="counter",
+        help="Total number of single-bit persistent ECC errors.",
+        value=lambda s, m: s.ecc_sbe_aggregate,
+    ),
+    Field(
+        name="DCGM_FI_DEV_ECC_DBE_AGG_TOTAL",
+        type="counter",
+        help="Total number of double-bit persistent ECC errors.",
+        value=lambda s, m: s.ecc_dbe_aggregate,
+    ),
+)
+XID_FIELD = "DCGM_FI_DEV_XID_ERRORS"
+XID_HELP = "Value of the last XID error encountered."
+
+
+def model_name(gpu: Gpu) -> str:
+    """NVML's product name (``NVIDIA H100 80GB HBM3``) for a catalogue model, else the model as is."""
+    model = CATALOGUE.get(gpu.model)
+    return model.product if model is not None else gpu.model
+
+
+def xid_message(xid: int) -> str:
+    if xid == 0:
+        return "No Error"
+    return XID_MEANINGS.get(xid, "Unknown Error")
+
+
+def _escape(value: str) -> str:
+    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def render_family(
+    name: str, help_text: str, kind: str, samples: Sequence[tuple[dict[str, str], float]], *, double: bool
+) -> str:
+    """One family in the text format 0.0.4, labels in the order given."""
+    lines = [f"# HELP {name} {help_text}", f"# TYPE {name} {kind}"]
+    for labels, value in samples:
+        text = ",".join(f'{k}="{_escape(v)}"' for k, v in labels.items())
+        number = f"{value:f}" if double else f"{round(value):d}"
+        lines.append(f"{name}{{{text}}} {number}")
+    return "\n".join(lines) + "\n"
+
+
+class DcgmCollector:
+    """Every ``render`` reads the node, its holders and its samples and writes the GPU families."""
+
+    def __init__(
+        self,
+        *,
+        node: Callable[[], Node | None],
+        sampler: GpuSampler,
+        holders: CachedHolders | None,
+        ledger: EventLedger,
+        hostname: str,
+    ) -> None:
+        self._node = node
+        self._sampler = sampler
+        self._holders = holders
+        self._ledger = ledger
+        self._hostname = hostname
+
+    def _labels(self, target: SeriesTarget, driver: str) -> dict[str, str]:
+        gpu = target.gpu
+        labels = {
+            "gpu": str(gpu.index),
+            "UUID": str(gpu.uuid),
+            "pci_bus_id": gpu.pci_bus_id,
+            "device": f"nvidia{gpu.index}",
+            "modelName": model_name(gpu),
+        }
+        if target.mig is not None:
+            labels["GPU_I_PROFILE"] = target.mig.profile
+            labels["GPU_I_ID"] = str(target.mig.gi_index)
+        labels["Hostname"] = self._hostname
+        labels["DCGM_FI_DRIVER_VERSION"] = driver
+        if target.owner is not None:
+            labels["container"] = target.owner.container
+            labels["namespace"] = target.owner.namespace
+            labels["pod"] = target.owner.pod
+        return labels
+
+    def render(self) -> str:
+        """The GPU families as text ("" when there is no GPU)."""
+        node = self._node()
+        if node is None or not node.gpus:
+            return ""
+        holders: Sequence[DeviceHolder] = ()
+        if self._holders is not None:
+            holders = self._holders.holders() or ()
+        series = targets(node, holders)
+        samples = self._sampler.sample(node, held_counts(holders))
+        driver = self._sampler.driver_version()
+        rows = []
+        for target in series:
+            sample = samples.get(target.gpu.index)
+            if sample is None:
+                continue
+            memory = sample.memory
+            if target.mig is not None:
+                memory = sample.mig_memory.get(str(target.mig.uuid))
+            rows.append((self._labels(target, driver), sample, memory, target.gpu.index))
+        out = []
+        for field in FIELDS:
+            family = [
+                (labels, float(value))
+                for labels, sample, memory, _ in rows
+                if (value := field.value(sample, memory)) is not None
+            ]
+            out.append(render_family(field.name, field.help, field.type, family, double=field.double))
+        xids = []
+        for labels, _, _, index in rows:
+            xid = self._ledger.get(index).last_xid
+            xids.append(({**labels, "err_code": str(xid), "err_msg": xid_message(xid)}, float(xid)))
+        out.append(render_family(XID_FIELD, XID_HELP, "gauge", xids, double=False))
+        return "".join(out)
