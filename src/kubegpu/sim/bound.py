@@ -30,8 +30,11 @@ Pure: numpy and scipy, no I/O.
 
 from __future__ import annotations
 
+import statistics
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from scipy.optimize import linprog
@@ -46,9 +49,11 @@ __all__ = [
     "BoundResult",
     "arrival_counts",
     "best_configuration",
+    "bound_json",
     "bound_problem",
     "seed_bound",
     "solve_bound",
+    "with_bound_share",
 ]
 
 CORES = 1000.0  # CPU rows in cores (milli / 1000) and memory rows in GiB keep the LP well scaled
@@ -103,11 +108,7 @@ def best_configuration(
     counts: IntArray = np.zeros(n, dtype=np.int64)
     dp = np.zeros(capacity + 1)
     taken: list[tuple[int, int, int, np.ndarray]] = []
-    useful = [
-        i
-        for i in range(n)
-        if profits[i] > _EPS and 0 < sizes[i] <= capacity and limits[i] > 0
-    ]
+    useful = [i for i in range(n) if profits[i] > _EPS and 0 < sizes[i] <= capacity and limits[i] > 0]
     # Of several items of one size, an optimum uses the most profitable first; the others matter only
     # once those run out, so each size keeps only as many copies as fit in the capacity.
     useful.sort(key=lambda i: (int(sizes[i]), -float(profits[i])))
@@ -302,8 +303,55 @@ def solve_bound(
     )
 
 
-def seed_bound(workload: Workload, seed: int, *, inflate: float = 1.3, max_iterations: int = 500) -> BoundResult:
+def seed_bound(
+    workload: Workload, seed: int, *, inflate: float = 1.3, max_iterations: int = 500
+) -> BoundResult:
     """The bound for ``seed``'s arrival set (the same one ``replay`` places)."""
     counts = arrival_counts(workload, seed, inflate)
     arrived = int(counts @ workload.shape_total_milli())
     return solve_bound(bound_problem(workload, counts), max_iterations=max_iterations, arrived_milli=arrived)
+
+
+def bound_json(
+    results: Sequence[BoundResult], *, seeds: tuple[int, ...], inflate: float, workload: Workload
+) -> dict[str, Any]:
+    """The ``kubegpu sim bound --json`` document (docs/sim.md)."""
+    pcts = [r.bound_pct for r in results]
+    return {
+        "bound": {
+            "per_seed": [
+                {
+                    "seed": seed,
+                    "bound_pct": round(r.bound_pct, 3),
+                    "lp_pct": round(100 * r.lp_milli / r.total_gpu_milli, 3),
+                    "arrived_pct": round(100 * r.arrived_milli / r.total_gpu_milli, 3),
+                    "columns": r.columns,
+                    "iterations": r.iterations,
+                    "converged": r.converged,
+                    "seconds": round(r.seconds, 3),
+                }
+                for seed, r in zip(seeds, results, strict=True)
+            ],
+            "bound_pct_mean": round(statistics.fmean(pcts), 3),
+            "bound_pct_std": round(statistics.pstdev(pcts), 3),
+            "model": "per-GPU configurations per node class, CPU and memory per node class",
+        },
+        "seeds": list(seeds),
+        "inflate": inflate,
+        "total_gpus": workload.total_gpus,
+        "nodes": len(workload.node_names),
+        "pods": len(workload.pod_names),
+    }
+
+
+def with_bound_share(document: dict[str, Any], bound_doc: dict[str, Any]) -> dict[str, Any]:
+    """``kubegpu sim --json`` with the bound added: a ``bound`` key (as ``kubegpu sim bound``'s) and
+    per policy ``share_of_bound_pct_at_130`` (allocation at 130 % as % of the mean bound)."""
+    bound = bound_doc["bound"]
+    mean = float(bound["bound_pct_mean"])
+    policies = {}
+    for name, entry in document["policies"].items():
+        a130 = entry.get("allocated_pct_at_130")
+        share = None if a130 is None or mean <= 0 else round(100.0 * float(a130) / mean, 2)
+        policies[name] = {**entry, "share_of_bound_pct_at_130": share}
+    return {**document, "policies": policies, "bound": bound}
