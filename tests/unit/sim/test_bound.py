@@ -168,10 +168,14 @@ def test_bound_is_never_below_a_real_placement(
 
 def small_cluster() -> Workload:
     nodes = [(f"n{i}", 32000, 1 << 18, 8 if i % 3 else 2, "G2" if i % 2 else "T4") for i in range(8)]
-    pods = [
-        (f"p{i:03d}", 2000 + 700 * (i % 5), 4096, 1, (250, 470, 810, 1000, 1000, 300)[i % 6], "")
-        for i in range(40)
-    ] + [(f"m{i}", 16000, 8192, 4, 1000, "") for i in range(3)] + [("cpu", 12000, 4096, 0, 0, "")]
+    pods = (
+        [
+            (f"p{i:03d}", 2000 + 700 * (i % 5), 4096, 1, (250, 470, 810, 1000, 1000, 300)[i % 6], "")
+            for i in range(40)
+        ]
+        + [(f"m{i}", 16000, 8192, 4, 1000, "") for i in range(3)]
+        + [("cpu", 12000, 4096, 0, 0, "")]
+    )
     return workload_of(nodes, pods)
 
 
