@@ -68,6 +68,10 @@ def _render(summaries: list[Any], document: dict[str, Any]) -> None:
         "pods/s",
     ):
         table.add_column(col, justify="left" if col == "policy" else "right")
+    bound = document.get("bound")
+    if bound is not None:
+        table.add_column("of bound", justify="right")
+        table.caption += f"; of bound: alloc@130 as % of the upper bound ({bound['bound_pct_mean']:.2f} %)"
     for s in summaries:
         a100, _ = s.at(100)
         a130, sd130 = s.at(130)
@@ -75,6 +79,10 @@ def _render(summaries: list[Any], document: dict[str, Any]) -> None:
         ratio90 = s.frag_ratio_mean[90] if len(s.frag_ratio_mean) > 90 else float("nan")
         comm = f"{s.comm_mean:.2f}/{s.comm_p95:.2f}" if s.comm_mean is not None else "-"
         split = f"{s.comm_split_share * 100:.1f}%" if s.comm_split_share is not None else "-"
+        extra = []
+        if bound is not None:
+            share = document["policies"][s.policy.value].get("share_of_bound_pct_at_130")
+            extra.append("-" if share is None else f"{share:.2f}%")
         table.add_row(
             s.policy.value,
             "-" if a100 is None else f"{a100:.2f}",
@@ -86,6 +94,7 @@ def _render(summaries: list[Any], document: dict[str, Any]) -> None:
             split,
             f"{s.seconds:.1f}",
             f"{s.pods_per_second:,.0f}",
+            *extra,
         )
     console.print(table)
     console.print(
@@ -181,6 +190,14 @@ def register(app: typer.Typer) -> None:
             Path | None,
             typer.Option("--out", help="Write summary.json, curves.csv and failed_pods.csv here."),
         ] = None,
+        with_bound: Annotated[
+            bool,
+            typer.Option(
+                "--bound",
+                help="Also compute the upper bound (kubegpu sim bound) per seed, about 4 s each, "
+                "and show each policy as a share of it.",
+            ),
+        ] = False,
     ) -> None:
         """Replay a trace under placement policies: allocation and fragmentation curves, failed pods."""
         if ctx.invoked_subcommand is not None:
@@ -214,11 +231,22 @@ def register(app: typer.Typer) -> None:
         runs = _run_with_progress(workload, request, quiet=as_json)
         summaries = summarise_all(runs, workload, inflate)
         document = report_json(summaries, request=request, workload=workload)
+        bound_pct: float | None = None
+        if with_bound:
+            from kubegpu.sim.bound import bound_json, with_bound_share
+
+            results = _bounds(workload, request.seeds, inflate, quiet=as_json)
+            bound_doc = bound_json(results, seeds=request.seeds, inflate=inflate, workload=workload)
+            document = with_bound_share(document, bound_doc)
+            bound_pct = float(document["bound"]["bound_pct_mean"])
         if plot is not None:
             from kubegpu.sim.plot import plot_curves
 
             plot_curves(
-                summaries, plot, title=f"{Path(pods).name} on {Path(nodes).name}, ties: {tie_mode.value}"
+                summaries,
+                plot,
+                title=f"{Path(pods).name} on {Path(nodes).name}, ties: {tie_mode.value}",
+                bound_pct=bound_pct,
             )
         if out is not None:
             _write_out(out, summaries, document)
@@ -226,6 +254,8 @@ def register(app: typer.Typer) -> None:
             typer.echo(json.dumps(document))
         else:
             _render(summaries, document)
+            if with_bound:
+                _render_bound(document)
 
     @sim_app.command(
         "variant",
@@ -252,15 +282,43 @@ def register(app: typer.Typer) -> None:
             int | None, typer.Option("--count", help="Number of pods (default: as many as the input).")
         ] = None,
         seed: Annotated[int, typer.Option("--seed", help="Random seed.")] = 0,
+        preset: Annotated[
+            str | None,
+            typer.Option(
+                "--preset",
+                help="The FGD artifact's GPU-sharing pod lists: gpushare20, 40, 60, 80 or 100 "
+                "(sharing pods' share of GPU demand); not with the mix knobs.",
+            ),
+        ] = None,
     ) -> None:
         """Write a variant of a pod list with more CPU-only, shared, multi-GPU or model-pinned pods."""
         from kubegpu.sim.trace import load_nodes, load_pods, write_pods
-        from kubegpu.sim.variants import VariantKnobs, make_variant, pod_mix
+        from kubegpu.sim.variants import VariantKnobs, gpushare_variant, make_variant, pod_mix
 
-        knobs = VariantKnobs(
-            cpu_only=cpu_only, shared=shared, multi_gpu=multi_gpu, gpu_spec=gpu_spec, count=count, seed=seed
-        )
-        made = make_variant(load_pods(pods), load_nodes(nodes), knobs)
+        if preset is not None:
+            if any(v is not None for v in (cpu_only, shared, multi_gpu, gpu_spec, count)):
+                raise InputError(
+                    f"--preset {preset} sets the whole mix; "
+                    "drop --cpu-only/--shared/--multi-gpu/--gpu-spec/--count"
+                )
+            digits = preset.strip().lower().removeprefix("gpushare")
+            if not digits.isdigit():
+                raise InputError(
+                    f"--preset {preset!r}: unknown preset; choose from "
+                    "gpushare20, gpushare40, gpushare60, gpushare80, gpushare100"
+                )
+            load_nodes(nodes)  # checked like the knobs' case, though the preset needs no node data
+            made = gpushare_variant(load_pods(pods), int(digits), seed=seed)
+        else:
+            knobs = VariantKnobs(
+                cpu_only=cpu_only,
+                shared=shared,
+                multi_gpu=multi_gpu,
+                gpu_spec=gpu_spec,
+                count=count,
+                seed=seed,
+            )
+            made = make_variant(load_pods(pods), load_nodes(nodes), knobs)
         try:
             write_pods(output, made)
         except OSError as exc:
@@ -271,7 +329,104 @@ def register(app: typer.Typer) -> None:
             f"and multi-GPU {mix['multi_gpu']:.1%} of GPU pods, model-pinned {mix['gpu_spec']:.1%}"
         )
 
+    @sim_app.command(
+        "bound",
+        epilog="Examples: kubegpu sim bound --nodes nodes.csv --pods pods.csv · "
+        "kubegpu sim bound --nodes nodes.csv --pods pods.csv --seeds 42-51 --json",
+    )
+    def bound(
+        nodes: Annotated[
+            Path, typer.Option("--nodes", help="Node list CSV (sn, cpu_milli, memory_mib, gpu, model).")
+        ],
+        pods: Annotated[
+            Path,
+            typer.Option(
+                "--pods",
+                help="Pod list CSV (name, cpu_milli, memory_mib, num_gpu, gpu_milli[, gpu_spec, ...]).",
+            ),
+        ],
+        seeds: Annotated[str, typer.Option("--seeds", help="Seeds: 42, 42-51 or 42,44.")] = "42-51",
+        inflate: Annotated[
+            float,
+            typer.Option(
+                "--inflate", help="Inflate arrivals to this multiple of GPU capacity (0: the trace as is)."
+            ),
+        ] = 1.3,
+        as_json: Annotated[
+            bool, typer.Option("--json", help="Print one JSON object instead of a table.")
+        ] = False,
+    ) -> None:
+        """An upper bound on the GPU % any policy can allocate for each seed's arrivals (an LP relaxation)."""
+        from kubegpu.sim.run import parse_seeds
+        from kubegpu.sim.trace import load_trace
+        from kubegpu.sim.workload import prepare
+
+        seed_list = parse_seeds(seeds)
+        _check_inflate(inflate)
+        workload = prepare(load_trace(nodes, pods))
+        results = _bounds(workload, seed_list, inflate, quiet=as_json)
+        from kubegpu.sim.bound import bound_json
+
+        document = bound_json(results, seeds=seed_list, inflate=inflate, workload=workload)
+        if as_json:
+            typer.echo(json.dumps(document))
+        else:
+            _render_bound(document)
+
     app.add_typer(sim_app, name="sim")
+
+
+def _check_inflate(inflate: float) -> None:
+    if not 0 <= inflate <= MAX_INFLATE:
+        raise InputError(
+            f"--inflate must be 0 (no inflation) or a multiple of capacity up to {MAX_INFLATE:g},"
+            f" got {inflate}"
+        )
+
+
+def _bounds(workload: Any, seeds: tuple[int, ...], inflate: float, *, quiet: bool) -> list[Any]:
+    """One bound per seed, with a line per seed on stderr (a solve takes seconds)."""
+    from kubegpu.sim.bound import seed_bound
+
+    out = []
+    for i, seed in enumerate(seeds, 1):
+        result = seed_bound(workload, seed, inflate=inflate)
+        if not quiet:
+            typer.echo(
+                f"bound seed {seed} ({i}/{len(seeds)}): {result.bound_pct:.2f} % "
+                f"({result.columns} columns, {result.seconds:.1f} s)",
+                err=True,
+            )
+        out.append(result)
+    return out
+
+
+def _render_bound(document: dict[str, Any]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    b = document["bound"]
+    table = Table(
+        title=(
+            f"Upper bound on allocated GPU %, {len(document['seeds'])} seed(s), "
+            f"{document['total_gpus']} GPUs on {document['nodes']} nodes"
+        )
+    )
+    table.caption = "no policy, online or offline, allocates more of the GPUs for the seed's arrivals"
+    for col in ("seed", "arrived %", "bound %", "columns", "s"):
+        table.add_column(col, justify="right")
+    for row in b["per_seed"]:
+        table.add_row(
+            str(row["seed"]),
+            f"{row['arrived_pct']:.2f}",
+            f"{row['bound_pct']:.2f}",
+            str(row["columns"]),
+            f"{row['seconds']:.1f}",
+        )
+    table.add_row(
+        "mean", "", f"{b['bound_pct_mean']:.2f} ± {b['bound_pct_std']:.2f}", "", "", end_section=True
+    )
+    Console().print(table)
 
 
 def _run_with_progress(workload: Any, request: Any, *, quiet: bool) -> Any:

@@ -19,8 +19,18 @@ from kubegpu.sim.curves import PolicySummary
 __all__ = ["plot_curves"]
 
 
-def plot_curves(summaries: Sequence[PolicySummary], path: str | Path, *, title: str = "") -> None:
-    """Write the figure to ``path`` (PNG); raises ``InputError`` if it cannot be written."""
+def plot_curves(
+    summaries: Sequence[PolicySummary],
+    path: str | Path,
+    *,
+    title: str = "",
+    bound_pct: float | None = None,
+) -> None:
+    """Write the figure to ``path`` (PNG); raises ``InputError`` if it cannot be written.
+
+    ``bound_pct`` (``kubegpu sim --bound``) draws the upper bound on allocation as a horizontal line
+    on both allocation panels.
+    """
     import matplotlib
 
     matplotlib.use("Agg")
@@ -44,6 +54,9 @@ def plot_curves(summaries: Sequence[PolicySummary], path: str | Path, *, title: 
     if summaries:
         x = np.arange(len(summaries[0].alloc_mean))
         ax_alloc.plot(x, np.minimum(x, 100), color="grey", linestyle=":", linewidth=1, label="ideal")
+    if bound_pct is not None:
+        for ax in (ax_alloc, ax_zoom):
+            ax.axhline(bound_pct, color="black", linestyle="--", linewidth=1, label=f"bound {bound_pct:.2f}")
     ax_alloc.set_ylabel("GPU allocation (%)")
     ax_zoom.set_ylabel("GPU allocation (%), from 80 % arrived")
     ax_frag.set_ylabel("fragmentation amount (% of GPUs)")

@@ -12,6 +12,12 @@ variants from any pod list with documented knobs (docs/sim.md):
 
 Unset knobs keep the input's own fraction. Pods are drawn with replacement from the input's pods
 of each kind, so every pod of a variant is a real pod shape; the same seed gives the same file.
+
+``gpushare_variant`` is the FGD artifact's own definition of its GPU-sharing pod lists
+(``openb_pod_list_gpushare{20,40,60,80,100}.csv``, read from the published files): the CPU-only
+pods are kept as they are, the number of GPU pods is kept, and the sharing pods make up the given
+percentage of the GPU *demand* (not of the pods); sharing and non-sharing GPU pods are drawn with
+replacement from the input's pods of each kind.
 """
 
 from __future__ import annotations
@@ -24,9 +30,17 @@ import numpy as np
 from kubegpu.errors import InputError
 from kubegpu.sim.trace import MILLI_PER_GPU, NodeRecord, PodRecord
 
-__all__ = ["MAX_VARIANT_PODS", "VariantKnobs", "make_variant", "pod_mix"]
+__all__ = [
+    "GPUSHARE_PRESETS",
+    "MAX_VARIANT_PODS",
+    "VariantKnobs",
+    "gpushare_variant",
+    "make_variant",
+    "pod_mix",
+]
 
 MAX_VARIANT_PODS = 1_000_000  # over 100x the openb trace; more only makes the file slow to write
+GPUSHARE_PRESETS = (20, 40, 60, 80, 100)  # the artifact's openb_pod_list_gpushareNN.csv
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -124,3 +138,39 @@ def make_variant(
             gpu_spec = pod.gpu_spec if knobs.gpu_spec is None else ()
         out.append(replace(pod, name=f"variant-pod-{i:05d}", gpu_spec=gpu_spec))
     return tuple(out)
+
+
+def gpushare_variant(pods: Sequence[PodRecord], percent: int, *, seed: int = 0) -> tuple[PodRecord, ...]:
+    """The FGD artifact's ``gpushare{percent}`` pod list drawn from ``pods``.
+
+    CPU-only pods are kept, in input order; the GPU pod count stays the same; ``n_shared`` of them
+    are sharing pods, chosen so that sharing pods' expected share of the GPU demand is ``percent``
+    (with the input's mean demand per sharing pod ``s`` and per other GPU pod ``o``:
+    ``n_shared = p o G / ((1 - p) s + p o)``, rounded); both kinds are drawn uniformly with
+    replacement from the input's pods of that kind. Names are ``gpushareNN-pod-NNNNN``.
+    """
+    if percent not in GPUSHARE_PRESETS:
+        choices = ", ".join(f"gpushare{p}" for p in GPUSHARE_PRESETS)
+        raise InputError(f"--preset gpushare{percent}: unknown preset; choose from {choices}")
+    if seed < 0:
+        raise InputError(f"--seed must not be negative, got {seed}")
+    cpu_only = [p for p in pods if p.num_gpu == 0]
+    shared = [p for p in pods if _kind(p) == "shared"]
+    other = [p for p in pods if p.num_gpu > 0 and _kind(p) != "shared"]
+    gpu_pods = len(shared) + len(other)
+    share = percent / 100
+    if not shared or (share < 1 and not other):
+        missing = "sharing" if not shared else "whole-GPU"
+        raise InputError(f"--preset gpushare{percent}: the pod list has no {missing} GPU pods to draw from")
+    s_mean = float(np.mean([p.total_gpu_milli for p in shared]))
+    o_mean = float(np.mean([p.total_gpu_milli for p in other])) if other else 0.0
+    n_shared = (
+        gpu_pods if share >= 1 else round(share * o_mean * gpu_pods / ((1 - share) * s_mean + share * o_mean))
+    )
+    rng = np.random.default_rng([seed, 11, percent])
+    drawn = [shared[int(i)] for i in rng.integers(len(shared), size=n_shared)]
+    if gpu_pods > n_shared:
+        drawn += [other[int(i)] for i in rng.integers(len(other), size=gpu_pods - n_shared)]
+    return tuple(
+        replace(pod, name=f"gpushare{percent}-pod-{i:05d}") for i, pod in enumerate([*cpu_only, *drawn])
+    )

@@ -65,3 +65,25 @@ def test_same_seed_same_variant() -> None:
 def test_impossible_knobs_are_input_errors(knobs: VariantKnobs) -> None:
     with pytest.raises(InputError):
         make_variant(pods(), NODES, knobs)
+
+
+def test_gpushare_preset_sets_sharing_pods_share_of_gpu_demand() -> None:
+    from kubegpu.sim.variants import gpushare_variant
+
+    base = pods()
+    for percent in (20, 40, 60, 80, 100):
+        made = gpushare_variant(base, percent, seed=5)
+        assert len(made) == len(base)
+        # CPU-only pods kept as they are, GPU pod count unchanged
+        assert [p.cpu_milli for p in made if p.num_gpu == 0] == [p.cpu_milli for p in base if p.num_gpu == 0]
+        gpu = [p for p in made if p.num_gpu]
+        assert len(gpu) == sum(1 for p in base if p.num_gpu)
+        # as many sharing pods as make them `percent` of the expected GPU demand: here sharing pods
+        # ask 500 milli, the others (40 whole GPUs, 10 x 4 GPUs) 1600 on average
+        share = percent / 100
+        expected = round(share * 1600 * len(gpu) / ((1 - share) * 500 + share * 1600))
+        assert sum(1 for p in gpu if p.gpu_milli < 1000) == expected
+    assert gpushare_variant(base, 40, seed=5) == gpushare_variant(base, 40, seed=5)
+    assert gpushare_variant(base, 40, seed=5) != gpushare_variant(base, 40, seed=6)
+    with pytest.raises(InputError, match="unknown preset"):
+        gpushare_variant(base, 50)

@@ -1,0 +1,110 @@
+"""How far FGD and kubegpu are from the best possible: the upper bound beside both, per workload.
+
+For the default trace and the FGD artifact's GPU-sharing variants (``gpushare40/60/80/100``, generated
+from the default pod list with ``kubegpu.sim.variants.gpushare_variant`` into a temporary folder) it
+computes, for each seed, the upper bound on allocated GPU % (``kubegpu.sim.bound``) and the
+allocation at 130 % arrived of ``fgd`` and ``kubegpu`` (the library's replay, the artifact's
+node-order ties), and prints a markdown table of the means over the seeds:
+
+    variant | bound | FGD | kubegpu | FGD gap | kubegpu gap | share of FGD's gap closed
+
+with the gap = bound - allocation and the share = (kubegpu - FGD) / (bound - FGD). Without the
+trace it prints why and exits 0.
+
+    python bench/sim_gap.py [--data DIR] [--seeds 42-51 | --tune | --held-out] [--workers 2]
+        [--variants default,gpushare40,...]
+
+Seed sets: 42-51 (the paper's, default), ``--tune`` 0-9, ``--held-out`` 100-109.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+from openb import NODES, PODS, default_data_dir
+
+from kubegpu.sim.bound import BoundResult, seed_bound
+from kubegpu.sim.run import SimRequest, parse_seeds, run_all, summarise_all
+from kubegpu.sim.scoring import Policy
+from kubegpu.sim.trace import load_pods, load_trace, write_pods
+from kubegpu.sim.variants import gpushare_variant
+from kubegpu.sim.workload import Workload, prepare
+
+VARIANTS = ("default", "gpushare40", "gpushare60", "gpushare80", "gpushare100")
+VARIANT_SEED = 0  # the variant pod lists themselves: one fixed draw each
+
+_WORKLOAD: Workload | None = None
+
+
+def _bound(seed: int) -> BoundResult:
+    assert _WORKLOAD is not None
+    return seed_bound(_WORKLOAD, seed)
+
+
+def bounds(workload: Workload, seeds: tuple[int, ...], workers: int) -> list[BoundResult]:
+    global _WORKLOAD  # noqa: PLW0603 - inherited by the forked workers
+    _WORKLOAD = workload
+    if workers <= 1:
+        return [_bound(s) for s in seeds]
+    with ProcessPoolExecutor(max_workers=workers) as pool:
+        return list(pool.map(_bound, seeds))
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--data", type=Path, default=default_data_dir())
+    ap.add_argument("--seeds", default="42-51")
+    ap.add_argument("--tune", action="store_true", help="seeds 0-9 (the tuning set)")
+    ap.add_argument("--held-out", action="store_true", help="seeds 100-109 (held out)")
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--variants", default=",".join(VARIANTS))
+    args = ap.parse_args()
+    nodes_path, pods_path = args.data / NODES, args.data / PODS
+    if not nodes_path.is_file() or not pods_path.is_file():
+        print(f"sim_gap: skipped: no default trace in {args.data} (set KUBEGPU_OPENB_DIR or --data)")
+        return 0
+    seeds = parse_seeds("0-9" if args.tune else "100-109" if args.held_out else args.seeds)
+    names = [v.strip() for v in args.variants.split(",") if v.strip()]
+    unknown = [v for v in names if v not in VARIANTS]
+    if unknown:
+        print(f"sim_gap: unknown variant(s) {', '.join(unknown)}; choose from {', '.join(VARIANTS)}")
+        return 2
+    pods = load_pods(pods_path)
+    print(f"seeds {seeds[0]}-{seeds[-1]} ({len(seeds)}), inflate 1.3, ties node-order\n")
+    print("| variant | bound | FGD | kubegpu | FGD gap | kubegpu gap | share of FGD's gap closed |")
+    print("|---|---|---|---|---|---|---|")
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in names:
+            started = time.perf_counter()
+            path = pods_path
+            if name != "default":
+                path = Path(tmp) / f"{name}.csv"
+                write_pods(
+                    path, gpushare_variant(pods, int(name.removeprefix("gpushare")), seed=VARIANT_SEED)
+                )
+            workload = prepare(load_trace(nodes_path, path))
+            bound_pcts = [r.bound_pct for r in bounds(workload, seeds, args.workers)]
+            request = SimRequest(policies=(Policy.FGD, Policy.KUBEGPU), seeds=seeds, workers=args.workers)
+            summaries = {s.policy: s for s in summarise_all(run_all(workload, request), workload, 1.3)}
+            fgd = summaries[Policy.FGD].at(130)[0] or 0.0
+            ours = summaries[Policy.KUBEGPU].at(130)[0] or 0.0
+            bound = statistics.fmean(bound_pcts)
+            sd = statistics.pstdev(bound_pcts)
+            closed = (ours - fgd) / (bound - fgd) * 100 if bound > fgd else float("nan")
+            print(
+                f"| {name} | {bound:.2f} ± {sd:.2f} | {fgd:.2f} | {ours:.2f} | {bound - fgd:.2f} | "
+                f"{bound - ours:.2f} | {closed:.1f} % |",
+                flush=True,
+            )
+            print(f"sim_gap: {name} took {time.perf_counter() - started:.0f} s", file=sys.stderr, flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,357 @@
+"""An upper bound on the GPU capacity any placement policy can allocate for one arrival set.
+
+Every final state of a replay, whatever the policy (online or offline), places a subset of the
+arrived pods so that each GPU holds either shared pods whose ``gpu_milli`` add up to at most 1000 or
+one GPU of one whole-GPU pod, and each node's pods fit its CPU and memory. The bound relaxes that
+integer problem to a linear programme and reports its optimum (docs/sim.md, "The bound", has the
+proof):
+
+* **Node classes** ``t``: nodes with the same (GPU model, GPU count, CPU, memory); ``G_t`` GPUs,
+  ``C_t`` cores and ``M_t`` GiB in total.
+* **Items** ``i``: one per arrived GPU pod shape. A shared pod is one item of size ``gpu_milli``; a
+  k-GPU pod is k items of size 1000, each carrying 1/k of its CPU and memory (the relaxation: the k
+  GPUs need not be on one node). ``u_i`` = arrived pods x k. An item may use class ``t`` only if
+  the pod could run on one of its nodes (model in ``gpu_spec``, at least k GPUs, CPU and memory of
+  one node). CPU-only pods allocate no GPU and only consume resources, so they are left out.
+* **Configurations** ``c``: a multiset of items for one GPU, sizes adding up to at most 1000.
+* The LP: maximise the allocated milli ``sum val(c) x_tc`` subject to ``sum_c x_tc <= G_t`` per class,
+  ``sum a_ic x_tc <= u_i`` per item, and the CPU and memory of the configurations on class ``t``
+  within ``C_t`` and ``M_t``.
+
+It is solved by column generation with HiGHS (``scipy.optimize.linprog``); the pricing step is an
+exact bounded knapsack over integer milli 0..1000. The reported value is always the *dual* bound
+``sum_t G_t max(0, best_t) + sum_i u_i pi_i + sum_t (C_t mu_t + M_t nu_t)`` for the current duals
+(``best_t``: the best configuration's value for class ``t`` at those prices), which is an upper bound
+for any non-negative prices, so stopping early never gives an invalid bound; at convergence it equals
+the LP optimum.
+
+Pure: numpy and scipy, no I/O.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from scipy.optimize import linprog
+from scipy.sparse import csc_matrix
+
+from kubegpu.errors import InputError
+from kubegpu.sim.scoring import MILLI, FloatArray, IntArray
+from kubegpu.sim.workload import Workload, arrivals
+
+__all__ = [
+    "BoundProblem",
+    "BoundResult",
+    "arrival_counts",
+    "best_configuration",
+    "bound_json",
+    "bound_problem",
+    "seed_bound",
+    "solve_bound",
+    "with_bound_share",
+]
+
+CORES = 1000.0  # CPU rows in cores (milli / 1000) and memory rows in GiB keep the LP well scaled
+GIB = 1024.0
+_EPS = 1e-9
+
+
+@dataclass(frozen=True, kw_only=True, eq=False)
+class BoundProblem:
+    """The relaxation's data: item arrays (one row per arrived GPU pod shape) and node classes."""
+
+    item_shape: IntArray  # shape id of each item
+    item_size: IntArray  # milli of one item (gpu_milli for shared pods, 1000 for whole GPUs)
+    item_units: IntArray  # u_i: arrived pods x GPUs per pod
+    item_cpu: FloatArray  # cores per item (a k-GPU pod's CPU / k)
+    item_memory: FloatArray  # GiB per item
+    eligible: np.ndarray  # classes x items, bool: item i may use class t
+    class_gpus: IntArray  # G_t
+    class_cpu: FloatArray  # C_t (cores)
+    class_memory: FloatArray  # M_t (GiB)
+    class_nodes: IntArray  # nodes per class
+    total_gpu_milli: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class BoundResult:
+    """One solve: the bound (GPU milli and % of capacity), and how it was reached."""
+
+    bound_milli: float  # the valid upper bound (dual bound)
+    lp_milli: float  # the restricted master's value at the end (a lower bound on the LP optimum)
+    total_gpu_milli: int
+    arrived_milli: int  # GPU demand of the arrival set
+    columns: int
+    iterations: int
+    converged: bool
+    seconds: float
+
+    @property
+    def bound_pct(self) -> float:
+        return 100.0 * self.bound_milli / self.total_gpu_milli if self.total_gpu_milli else 0.0
+
+
+def best_configuration(
+    sizes: IntArray, profits: FloatArray, limits: IntArray, capacity: int = MILLI
+) -> tuple[float, IntArray]:
+    """Exact bounded knapsack: the multiset (counts ``<= limits``) of items with total size at most
+    ``capacity`` and the largest total profit; returns (profit, counts). The empty set (0) counts.
+
+    Dynamic programme over integer sizes 0..capacity with each item's copies split in powers of two.
+    """
+    n = len(sizes)
+    counts: IntArray = np.zeros(n, dtype=np.int64)
+    dp = np.zeros(capacity + 1)
+    taken: list[tuple[int, int, int, np.ndarray]] = []
+    useful = [i for i in range(n) if profits[i] > _EPS and 0 < sizes[i] <= capacity and limits[i] > 0]
+    # Of several items of one size, an optimum uses the most profitable first; the others matter only
+    # once those run out, so each size keeps only as many copies as fit in the capacity.
+    useful.sort(key=lambda i: (int(sizes[i]), -float(profits[i])))
+    room: dict[int, int] = {}
+    for i in useful:
+        size = int(sizes[i])
+        profit = float(profits[i])
+        left = min(int(limits[i]), room.setdefault(size, capacity // size))
+        room[size] -= left
+        chunk = 1
+        while left > 0:
+            m = min(chunk, left)
+            left -= m
+            chunk *= 2
+            weight = m * size
+            candidate = dp[: capacity + 1 - weight] + m * profit
+            better = np.zeros(capacity + 1, dtype=bool)
+            better[weight:] = candidate > dp[weight:]
+            if better.any():
+                dp[weight:] = np.where(better[weight:], candidate, dp[weight:])
+                taken.append((i, m, weight, better))
+    w = capacity
+    for i, m, weight, better in reversed(taken):
+        if better[w]:
+            counts[i] += m
+            w -= weight
+    return float(dp[capacity]), counts
+
+
+def arrival_counts(workload: Workload, seed: int, inflate: float) -> IntArray:
+    """Arrived pods per shape for ``seed``: the replay's own arrival sequence (``arrivals``)."""
+    seq = arrivals(workload, seed, inflate)
+    out: IntArray = np.bincount(workload.pod_shape[seq], minlength=len(workload.shape_requests)).astype(
+        np.int64
+    )
+    return out
+
+
+def bound_problem(workload: Workload, counts: IntArray) -> BoundProblem:
+    """The relaxation for ``counts`` arrived pods per shape of ``workload``."""
+    if len(counts) != len(workload.shape_requests):
+        raise InputError(f"bound: {len(counts)} shape counts for {len(workload.shape_requests)} shapes")
+    keys: dict[tuple[int, int, int, int], int] = {}
+    class_of = np.empty(len(workload.node_names), dtype=np.int64)
+    for row in range(len(workload.node_names)):
+        if workload.node_gpus[row] == 0:
+            class_of[row] = -1
+            continue
+        key = (
+            int(workload.node_model[row]),
+            int(workload.node_gpus[row]),
+            int(workload.node_cpu_milli[row]),
+            int(workload.node_memory_mib[row]),
+        )
+        class_of[row] = keys.setdefault(key, len(keys))
+    classes = list(keys)
+    nodes = np.bincount(class_of[class_of >= 0], minlength=len(classes)).astype(np.int64)
+    c_model = np.array([k[0] for k in classes], dtype=np.int64)
+    c_gpus = np.array([k[1] for k in classes], dtype=np.int64)
+    c_cpu = np.array([k[2] for k in classes], dtype=np.int64)
+    c_mem = np.array([k[3] for k in classes], dtype=np.int64)
+    shapes: list[int] = []
+    for sid, request in enumerate(workload.shape_requests):
+        if counts[sid] > 0 and request.num_gpu > 0:
+            shapes.append(sid)
+    reqs = [workload.shape_requests[s] for s in shapes]
+    k = np.array([r.num_gpu for r in reqs], dtype=np.int64)
+    eligible = np.zeros((len(classes), len(shapes)), dtype=bool)
+    for j, r in enumerate(reqs):
+        eligible[:, j] = (
+            r.model_ok[c_model] & (c_gpus >= r.num_gpu) & (c_cpu >= r.cpu_milli) & (c_mem >= r.memory_mib)
+        )
+    return BoundProblem(
+        item_shape=np.array(shapes, dtype=np.int64),
+        item_size=np.array([r.gpu_milli if r.num_gpu == 1 else MILLI for r in reqs], dtype=np.int64),
+        item_units=np.array([int(counts[s]) for s in shapes], dtype=np.int64) * k,
+        item_cpu=np.array([r.cpu_milli / r.num_gpu / CORES for r in reqs], dtype=np.float64),
+        item_memory=np.array([r.memory_mib / r.num_gpu / GIB for r in reqs], dtype=np.float64),
+        eligible=eligible,
+        class_gpus=nodes * c_gpus,
+        class_cpu=(nodes * c_cpu).astype(np.float64) / CORES,
+        class_memory=(nodes * c_mem).astype(np.float64) / GIB,
+        class_nodes=nodes,
+        total_gpu_milli=workload.total_gpu_milli,
+    )
+
+
+def solve_bound(
+    problem: BoundProblem, *, max_iterations: int = 500, tolerance: float = 1e-7, arrived_milli: int = 0
+) -> BoundResult:
+    """Column generation for ``problem`` until no column prices out (or ``max_iterations``).
+
+    ``tolerance`` is relative to the cluster's GPU milli: the loop stops once the dual bound is
+    within it of the restricted master's value. The result's ``bound_milli`` is valid either way.
+    """
+    started = time.perf_counter()
+    n_items = len(problem.item_size)
+    n_classes = len(problem.class_gpus)
+    total = float(problem.total_gpu_milli)
+    if n_items == 0 or n_classes == 0:
+        return BoundResult(
+            bound_milli=0.0,
+            lp_milli=0.0,
+            total_gpu_milli=problem.total_gpu_milli,
+            arrived_milli=arrived_milli,
+            columns=0,
+            iterations=0,
+            converged=True,
+            seconds=time.perf_counter() - started,
+        )
+    col_class: list[int] = []
+    col_counts: list[IntArray] = []
+    limits = np.minimum(problem.item_units, MILLI // np.maximum(problem.item_size, 1))
+    size = problem.item_size.astype(np.float64)
+    for t in range(n_classes):  # start: one item kind per GPU, as many as fit
+        for i in np.flatnonzero(problem.eligible[t]):
+            counts = np.zeros(n_items, dtype=np.int64)
+            counts[i] = limits[i]
+            col_class.append(t)
+            col_counts.append(counts)
+    for t in range(n_classes):  # and each class's fullest configuration at zero prices
+        _, counts = best_configuration(problem.item_size, np.where(problem.eligible[t], size, 0.0), limits)
+        if counts.any():
+            col_class.append(t)
+            col_counts.append(counts)
+    if not col_counts:  # no arrived GPU pod fits any node: nothing can be allocated
+        return BoundResult(
+            bound_milli=0.0,
+            lp_milli=0.0,
+            total_gpu_milli=problem.total_gpu_milli,
+            arrived_milli=arrived_milli,
+            columns=0,
+            iterations=0,
+            converged=True,
+            seconds=time.perf_counter() - started,
+        )
+    best_bound = np.inf
+    lp_value = 0.0
+    converged = False
+    iterations = 0
+    rows = n_classes + n_items + 2 * n_classes
+    rhs = np.concatenate(
+        [
+            problem.class_gpus.astype(np.float64),
+            problem.item_units.astype(np.float64),
+            problem.class_cpu,
+            problem.class_memory,
+        ]
+    )
+    for iterations in range(1, max_iterations + 1):  # noqa: B007 - reported after the loop
+        a = np.array(col_counts, dtype=np.float64).T  # items x columns
+        cls = np.array(col_class, dtype=np.int64)
+        matrix = np.zeros((rows, a.shape[1]))
+        matrix[cls, np.arange(a.shape[1])] = 1.0
+        matrix[n_classes : n_classes + n_items] = a
+        matrix[n_classes + n_items + cls, np.arange(a.shape[1])] = problem.item_cpu @ a
+        matrix[2 * n_classes + n_items + cls, np.arange(a.shape[1])] = problem.item_memory @ a
+        value = size @ a
+        result = linprog(-value, A_ub=csc_matrix(matrix), b_ub=rhs, bounds=(0, None), method="highs")
+        if result.status != 0:  # pragma: no cover - the master is always feasible (x = 0) and bounded
+            raise InputError(f"bound: the LP solver failed: {result.message}")
+        lp_value = float(-result.fun)
+        duals = np.maximum(0.0, -np.asarray(result.ineqlin.marginals, dtype=np.float64))
+        pi = duals[n_classes : n_classes + n_items]
+        mu = duals[n_classes + n_items : 2 * n_classes + n_items]
+        nu = duals[2 * n_classes + n_items :]
+        lam = duals[:n_classes]
+        bound = float(pi @ problem.item_units + mu @ problem.class_cpu + nu @ problem.class_memory)
+        added = 0
+        for t in range(n_classes):
+            profits = size - pi - problem.item_cpu * mu[t] - problem.item_memory * nu[t]
+            profits[~problem.eligible[t]] = 0.0
+            best, counts = best_configuration(problem.item_size, profits, limits)
+            bound += float(problem.class_gpus[t]) * max(0.0, best)
+            if best - lam[t] > tolerance * MILLI and counts.any():
+                col_class.append(t)
+                col_counts.append(counts)
+                added += 1
+        best_bound = min(best_bound, bound)
+        if added == 0 or best_bound - lp_value <= tolerance * total:
+            converged = True
+            break
+    return BoundResult(
+        bound_milli=max(lp_value, best_bound),  # equal up to solver noise at convergence
+        lp_milli=lp_value,
+        total_gpu_milli=problem.total_gpu_milli,
+        arrived_milli=arrived_milli,
+        columns=len(col_counts),
+        iterations=iterations,
+        converged=converged,
+        seconds=time.perf_counter() - started,
+    )
+
+
+def seed_bound(
+    workload: Workload, seed: int, *, inflate: float = 1.3, max_iterations: int = 500
+) -> BoundResult:
+    """The bound for ``seed``'s arrival set (the same one ``replay`` places)."""
+    counts = arrival_counts(workload, seed, inflate)
+    arrived = int(counts @ workload.shape_total_milli())
+    return solve_bound(bound_problem(workload, counts), max_iterations=max_iterations, arrived_milli=arrived)
+
+
+def bound_json(
+    results: Sequence[BoundResult], *, seeds: tuple[int, ...], inflate: float, workload: Workload
+) -> dict[str, Any]:
+    """The ``kubegpu sim bound --json`` document (docs/sim.md)."""
+    pcts = [r.bound_pct for r in results]
+    return {
+        "bound": {
+            "per_seed": [
+                {
+                    "seed": seed,
+                    "bound_pct": round(r.bound_pct, 3),
+                    "lp_pct": round(100 * r.lp_milli / r.total_gpu_milli, 3),
+                    "arrived_pct": round(100 * r.arrived_milli / r.total_gpu_milli, 3),
+                    "columns": r.columns,
+                    "iterations": r.iterations,
+                    "converged": r.converged,
+                    "seconds": round(r.seconds, 3),
+                }
+                for seed, r in zip(seeds, results, strict=True)
+            ],
+            "bound_pct_mean": round(statistics.fmean(pcts), 3),
+            "bound_pct_std": round(statistics.pstdev(pcts), 3),
+            "model": "per-GPU configurations per node class, CPU and memory per node class",
+        },
+        "seeds": list(seeds),
+        "inflate": inflate,
+        "total_gpus": workload.total_gpus,
+        "nodes": len(workload.node_names),
+        "pods": len(workload.pod_names),
+    }
+
+
+def with_bound_share(document: dict[str, Any], bound_doc: dict[str, Any]) -> dict[str, Any]:
+    """``kubegpu sim --json`` with the bound added: a ``bound`` key (as ``kubegpu sim bound``'s) and
+    per policy ``share_of_bound_pct_at_130`` (allocation at 130 % as % of the mean bound)."""
+    bound = bound_doc["bound"]
+    mean = float(bound["bound_pct_mean"])
+    policies = {}
+    for name, entry in document["policies"].items():
+        a130 = entry.get("allocated_pct_at_130")
+        share = None if a130 is None or mean <= 0 else round(100.0 * float(a130) / mean, 2)
+        policies[name] = {**entry, "share_of_bound_pct_at_130": share}
+    return {**document, "policies": policies, "bound": bound}

@@ -1,0 +1,110 @@
+"""`kubegpu sim bound`, `kubegpu sim --bound` and `kubegpu sim variant --preset` as a user runs them."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from kubegpu.cli.app import app
+from kubegpu.sim.trace import load_pods
+from tests.unit.cli.test_sim_cli import run_cli, trace_files
+
+
+def test_bound_json_has_one_row_per_seed_below_capacity(tmp_path: Path) -> None:
+    nodes, pods = trace_files(tmp_path)
+    result = CliRunner().invoke(
+        app, ["sim", "bound", "--nodes", str(nodes), "--pods", str(pods), "--seeds", "1-2", "--json"]
+    )
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    rows = doc["bound"]["per_seed"]
+    assert [r["seed"] for r in rows] == [1, 2]
+    assert all(0 < r["bound_pct"] <= 100 and r["converged"] for r in rows)
+    assert doc["total_gpus"] == 36
+
+
+def test_sim_with_bound_adds_the_bound_and_each_policy_share_of_it(tmp_path: Path) -> None:
+    nodes, pods = trace_files(tmp_path)
+    args = ["sim", "--nodes", str(nodes), "--pods", str(pods), "--policy", "fgd,random", "--seeds", "1"]
+    plain = json.loads(CliRunner().invoke(app, [*args, "--json"]).stdout)
+    result = CliRunner().invoke(app, [*args, "--json", "--bound", "--plot", str(tmp_path / "c.png")])
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    bound = doc["bound"]["bound_pct_mean"]
+    for name, entry in doc["policies"].items():
+        # the existing keys are unchanged (timings aside), the share is added
+        timing = {"seconds", "pods_per_second", "share_of_bound_pct_at_130"}
+        assert {k: v for k, v in entry.items() if k not in timing} == {
+            k: v for k, v in plain["policies"][name].items() if k not in timing
+        }
+        assert max(point["allocated_pct"] for point in entry["curve"]) <= bound
+        share = entry["share_of_bound_pct_at_130"]
+        assert share is None if entry["allocated_pct_at_130"] is None else share <= 100
+    assert (tmp_path / "c.png").stat().st_size > 0
+
+
+def test_bound_bad_file_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    nodes, pods = trace_files(tmp_path)
+    lines = pods.read_text().splitlines()
+    lines[3] = lines[3].replace(",1024,", ",much,", 1)
+    pods.write_text("\n".join(lines) + "\n")
+    res = run_cli("sim", "bound", "--nodes", str(nodes), "--pods", str(pods), "--seeds", "1")
+    assert res.returncode == 2
+    assert "Traceback" not in res.stderr
+    assert f"{pods}:4: column 'memory_mib': 'much' is not an integer" in res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1
+    res = run_cli("sim", "bound", "--nodes", str(tmp_path / "none.csv"), "--pods", str(pods))
+    assert res.returncode == 2 and len(res.stderr.strip().splitlines()) == 1
+
+
+def test_bound_bad_flags_are_input_errors(tmp_path: Path) -> None:
+    nodes, pods = trace_files(tmp_path)
+    for extra, fragment in (
+        (["--seeds", "5-1"], "ends before it starts"),
+        (["--inflate", "-1"], "--inflate"),
+    ):
+        res = run_cli("sim", "bound", "--nodes", str(nodes), "--pods", str(pods), *extra)
+        assert res.returncode == 2, extra
+        assert fragment in res.stderr and "Traceback" not in res.stderr
+
+
+def test_variant_preset_writes_the_same_file_for_the_same_seed(tmp_path: Path) -> None:
+    nodes, pods = trace_files(tmp_path)
+    outputs = []
+    for i in range(2):
+        out = tmp_path / f"v{i}.csv"
+        result = CliRunner().invoke(
+            app,
+            [
+                "sim",
+                "variant",
+                "--pods",
+                str(pods),
+                "--nodes",
+                str(nodes),
+                "-o",
+                str(out),
+                "--preset",
+                "gpushare100",
+            ],
+        )
+        assert result.exit_code == 0, result.output
+        outputs.append(out.read_bytes())
+    assert outputs[0] == outputs[1]
+    made = load_pods(tmp_path / "v0.csv")
+    assert all(p.num_gpu == 0 or p.gpu_milli < 1000 for p in made)
+
+
+def test_variant_preset_rejects_unknown_names_and_mixing_with_knobs(tmp_path: Path) -> None:
+    nodes, pods = trace_files(tmp_path)
+    base = ["sim", "variant", "--pods", str(pods), "--nodes", str(nodes), "-o", str(tmp_path / "v.csv")]
+    for extra, fragment in (
+        (["--preset", "gpushare50"], "unknown preset"),
+        (["--preset", "cpu30"], "unknown preset"),
+        (["--preset", "gpushare40", "--shared", "0.5"], "sets the whole mix"),
+    ):
+        res = run_cli(*base, *extra)
+        assert res.returncode == 2, extra
+        assert fragment in res.stderr and "Traceback" not in res.stderr
