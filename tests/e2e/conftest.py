@@ -18,7 +18,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -373,7 +373,11 @@ def start_agent(rig: Rig, tmp_path: Path) -> Iterator[Callable[..., AgentProcess
     started: list[AgentProcess] = []
 
     def start(
-        node_spec: str = "builtin:seed-8gpu", *, config: Path | None = None, fault_file: Path | None = None
+        node_spec: str = "builtin:seed-8gpu",
+        *,
+        config: Path | None = None,
+        fault_file: Path | None = None,
+        extra_args: Sequence[str] = (),
     ) -> AgentProcess:
         probe = subprocess.run(
             kubegpu_argv("agent", "--help"), capture_output=True, text=True, timeout=60, check=False
@@ -396,6 +400,7 @@ def start_agent(rig: Rig, tmp_path: Path) -> Iterator[Callable[..., AgentProcess
             argv += ["--config", str(config)]
         if fault_file is not None:
             argv += ["--fault-file", str(fault_file)]
+        argv += list(extra_args)
         log_path = tmp_path / f"agent-{len(started)}.log"
         with log_path.open("wb") as logf:
             proc = subprocess.Popen(argv, stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)

@@ -50,9 +50,11 @@ SAMPLES: dict[str, tuple[str, object, str, object]] = {
     "allocation_policy": ("simple", "simple", "topology", "topology"),
     "cdi_kind": ("example.com/gpu", "example.com/gpu", "other.example/gpu", "other.example/gpu"),
     "pre_start_check": ("true", True, "false", False),
+    "node_labels": ("false", False, "true", True),
 }
-# Settings whose value is a whole section; their sources are tested in test_config.py.
-SECTIONS = {"health"}
+# Settings whose value is a whole section; their sources are tested in test_config.py (health) and
+# tests/unit/node/test_quarantine_settings.py (quarantine).
+SECTIONS = {"health", "quarantine"}
 BY_NAME = {s.name: s for s in SETTINGS}
 
 
