@@ -87,8 +87,10 @@ def clear_quarantine(rig: Rig) -> None:
     ]
     for i, c in reversed(list(enumerate(conditions))):
         if c.get("type") == "GPUUnhealthy":
-            ops = [{"op": "test", "path": f"/status/conditions/{i}/type", "value": "GPUUnhealthy"},
-                   {"op": "remove", "path": f"/status/conditions/{i}"}]  # fmt: skip
+            ops = [
+                {"op": "test", "path": f"/status/conditions/{i}/type", "value": "GPUUnhealthy"},
+                {"op": "remove", "path": f"/status/conditions/{i}"},
+            ]
             rig.kubectl(
                 "patch", "node", NODE_NAME, "--subresource=status", "--type=json", "-p", json.dumps(ops)
             )
@@ -117,8 +119,12 @@ def test_labels_match_kubegpu_labels_follow_sharing_and_lose_stale_keys(
     start_agent(SEED, config=config, extra_args=hygiene_args(rig))
     plain = expected_labels()
     assert plain["nvidia.com/gpu.product"] == "NVIDIA-H100-80GB-HBM3"
-    wait_until("the node's kubegpu labels to equal `kubegpu labels`", lambda: kubegpu_labels(cluster), 30,
-               accept=lambda seen: seen == plain)  # fmt: skip
+    wait_until(
+        "the node's kubegpu labels to equal `kubegpu labels`",
+        lambda: kubegpu_labels(cluster),
+        30,
+        accept=lambda seen: seen == plain,
+    )
     assert node(cluster)["metadata"]["labels"].get("nvidia.com/gfd.timestamp", "").isdigit()
 
     shared = tmp_path / "shared.yaml"
@@ -135,8 +141,12 @@ def test_labels_match_kubegpu_labels_follow_sharing_and_lose_stale_keys(
     wait_until("time-slicing labels", lambda: kubegpu_labels(cluster), 30, accept=lambda s: s == want_shared)
 
     config.write_text("version: v1\n")
-    wait_until("labels back to plain, mig.strategy gone", lambda: kubegpu_labels(cluster), 30,
-               accept=lambda s: s == plain)  # fmt: skip
+    wait_until(
+        "labels back to plain, mig.strategy gone",
+        lambda: kubegpu_labels(cluster),
+        30,
+        accept=lambda s: s == plain,
+    )
     labels = node(cluster)["metadata"]["labels"]
     assert "nvidia.com/mig.strategy" not in labels
     for key, value in FOREIGN.items():
@@ -157,8 +167,10 @@ def test_fatal_xid_quarantines_evicts_its_pod_only_survives_restart_and_recovers
     cluster.wait_running(ns, "on-gpu0")
     cluster.apply(in_ns(pod("on-gpu3", resources={GPU: 3}), ns))
     cluster.wait_running(ns, "on-gpu3")
-    got = {n: {index[u] for u in cluster.env(ns, n)["NVIDIA_VISIBLE_DEVICES"].split(",")} for n in
-           ("on-gpu0", "on-gpu3")}  # fmt: skip
+    got = {
+        n: {index[u] for u in cluster.env(ns, n)["NVIDIA_VISIBLE_DEVICES"].split(",")}
+        for n in ("on-gpu0", "on-gpu3")
+    }
     assert got == {"on-gpu0": {0}, "on-gpu3": {1, 2, 3}}, got
 
     t0 = fault(faults, {"gpu": 3, "xid": 79})
@@ -184,8 +196,11 @@ def test_fatal_xid_quarantines_evicts_its_pod_only_survives_restart_and_recovers
     (cond,) = our_conditions(n)
     assert cond["status"] == "True" and cond["reason"] == "Xid79"
     assert uuid_of[3] in cond["message"] and "GPU 3" in cond["message"]
-    wait_until("the evicted pod to be gone", lambda: cluster.rig.kubectl("get", "pod", "-n", ns, "on-gpu3",
-               check=False).returncode != 0, 60)  # fmt: skip
+    wait_until(
+        "the evicted pod to be gone",
+        lambda: cluster.rig.kubectl("get", "pod", "-n", ns, "on-gpu3", check=False).returncode != 0,
+        60,
+    )
     assert cluster.pod_phase(ns, "on-gpu0") == "Running", "the pod on a healthy GPU must keep running"
     cluster.wait_resource(GPU, allocatable=7, capacity=8, timeout_s=15)
 
@@ -201,8 +216,13 @@ def test_fatal_xid_quarantines_evicts_its_pod_only_survives_restart_and_recovers
     assert cluster.pod_phase(ns, "on-gpu0") == "Running"
 
     t1 = fault(fresh, {"gpu": 3, "healthy": True})
-    wait_until("condition and taint gone", lambda: node(cluster), 15,
-               accept=lambda n: not our_taints(n) and not our_conditions(n), interval_s=0.1)  # fmt: skip
+    wait_until(
+        "condition and taint gone",
+        lambda: node(cluster),
+        15,
+        accept=lambda n: not our_taints(n) and not our_conditions(n),
+        interval_s=0.1,
+    )
     say(request.config, f"[e2e] recovery -> taint and condition gone {time.monotonic() - t1:.2f} s")
     cluster.wait_resource(GPU, allocatable=8, capacity=8, timeout_s=15)
     assert cluster.pod_phase(ns, "on-gpu0") == "Running"

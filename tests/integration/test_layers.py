@@ -36,6 +36,10 @@ CASES = [
     ("doctor/host.py", "import pynvml", {"R5"}),
     ("agent.py", "import grpc", {"R6"}),
     ("sim/run.py", "import kubernetes", {"R7"}),
+    ("node/labels.py", "import kubegpu.deviceplugin.config", {"R3"}),  # tools are siblings
+    ("kubeapi.py", "import kubegpu.node.labels", {"R3"}),  # the API client sits below the tools
+    ("node/hygiene.py", "import kubernetes", {"R7"}),  # only kubeapi talks to the API server
+    ("node/lease.py", "import rich", {"R4"}),
 ]
 
 

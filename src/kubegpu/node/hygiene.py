@@ -94,7 +94,7 @@ class NodeHygiene:
         self._retry_at = 0.0
         self._backoff = Backoff(initial_s=0.5, max_s=30.0)
         self._evictions: dict[tuple[str, str], _Eviction] = {}
-        self._failed_since: float | None = None  # monotonic time the current quarantine began
+        self._failed_since: float | None = None  # the tracker's time of the quarantine's first fault
         self._lease: QuarantineLease | None = None
         self._capped = False
         if self._q is not None:
@@ -241,8 +241,9 @@ class NodeHygiene:
         assert self._lease is not None
         capped = False
         if failed:
-            if self._failed_since is None:
-                self._failed_since = t0
+            if self._failed_since is None:  # when the first quarantining fault arrived
+                statuses = self._tracker.statuses()
+                self._failed_since = min(statuses[f.index].since for f in failed)
             decision = self._lease.claim(self._node, failed[0].reason)
             capped = not decision.allowed
             if capped:
@@ -275,6 +276,9 @@ class NodeHygiene:
                     "reason": failed[0].reason,
                     "taint": taint,
                     "write_s": round(self._clock() - t0, 3),
+                    "since_fault_s": None
+                    if self._failed_since is None
+                    else round(self._clock() - self._failed_since, 3),
                 },
             )
         self._capped = capped

@@ -24,8 +24,9 @@ SEED = load_node("builtin:seed-8gpu")
 
 
 def test_the_seed_machine_has_gfds_example_a_labels() -> None:
-    labels = node_labels(SEED, LabelInputs(), versions=DriverVersions(driver="550.54.15", cuda="12.4"),
-                         timestamp=1767225600)  # fmt: skip
+    labels = node_labels(
+        SEED, LabelInputs(), versions=DriverVersions(driver="550.54.15", cuda="12.4"), timestamp=1767225600
+    )
     expected = {
         "nvidia.com/cuda.driver-version.full": "550.54.15",
         "nvidia.com/cuda.driver-version.major": "550",
@@ -67,9 +68,12 @@ def test_time_slicing_marks_the_product_shared_unless_renamed() -> None:
     assert shared["nvidia.com/gpu.count"] == "8"
     renamed = node_labels(
         SEED,
-        LabelInputs(sharing=SharingMode.TIME_SLICING, replicas={"nvidia.com/gpu": 4},
-                    renamed=frozenset({"nvidia.com/gpu"})),
-    )  # fmt: skip
+        LabelInputs(
+            sharing=SharingMode.TIME_SLICING,
+            replicas={"nvidia.com/gpu": 4},
+            renamed=frozenset({"nvidia.com/gpu"}),
+        ),
+    )
     assert renamed["nvidia.com/gpu.product"] == "NVIDIA-H100-80GB-HBM3"
     assert renamed["nvidia.com/gpu.replicas"] == "4"
 
@@ -83,8 +87,10 @@ def test_labels_from_an_agent_config_file(tmp_path: Path) -> None:
     labels = labels_for(SEED, load_config(cfg))
     assert labels["nvidia.com/gpu.sharing-strategy"] == "mps"
     assert labels["nvidia.com/mps.capable"] == "true"
-    cfg.write_text("version: v1\nsharing:\n  timeSlicing:\n    renameByDefault: true\n    resources:\n"
-                   "      - {name: nvidia.com/gpu, replicas: 3}\n")  # fmt: skip
+    cfg.write_text(
+        "version: v1\nsharing:\n  timeSlicing:\n    renameByDefault: true\n    resources:\n"
+        "      - {name: nvidia.com/gpu, replicas: 3}\n"
+    )
     assert labels_for(SEED, load_config(cfg))["nvidia.com/gpu.product"] == "NVIDIA-H100-80GB-HBM3"
 
 
@@ -113,7 +119,14 @@ def test_a_node_without_gpus_gets_no_labels() -> None:
 
 def test_families_follow_the_compute_capability() -> None:
     assert [gpu_family(*cc) for cc in ((7, 0), (7, 5), (8, 0), (8, 9), (9, 0), (10, 0), (4, 0))] == [
-        "volta", "turing", "ampere", "ada-lovelace", "hopper", "blackwell", "undefined"]  # fmt: skip
+        "volta",
+        "turing",
+        "ampere",
+        "ada-lovelace",
+        "hopper",
+        "blackwell",
+        "undefined",
+    ]
 
 
 def test_sanitise_joins_words_and_drops_odd_characters() -> None:

@@ -62,18 +62,32 @@ def test_the_condition_names_fault_and_uuid_and_is_read_back_the_same() -> None:
     again = condition_for(failed_gpus(fresh.statuses(), UUIDS, QuarantinePolicy()))
     assert again is not None and again["reason"] == cond["reason"]
     assert [(f.index, f.reason) for f in failed_gpus(fresh.statuses(), UUIDS, QuarantinePolicy())] == [
-        (1, "GpuLost"), (3, "Xid79")]  # fmt: skip
+        (1, "GpuLost"),
+        (3, "Xid79"),
+    ]
 
 
 def test_no_failed_gpu_means_no_condition_and_a_false_condition_records_nothing() -> None:
     assert condition_for([]) is None
-    assert recorded_faults({"status": {"conditions": [{"type": CONDITION_TYPE, "status": "False",
-                                                       "message": "GPU 3 GPU-dddd Xid79: x"}]}}) == []  # fmt: skip
+    assert (
+        recorded_faults(
+            {
+                "status": {
+                    "conditions": [
+                        {"type": CONDITION_TYPE, "status": "False", "message": "GPU 3 GPU-dddd Xid79: x"}
+                    ]
+                }
+            }
+        )
+        == []
+    )
 
 
 def test_taints_keep_others_replace_ours_and_say_when_nothing_changes() -> None:
-    others = [{"key": "node.kubernetes.io/not-ready", "effect": "NoExecute"}, {"key": "team", "value": "a",
-              "effect": "NoSchedule"}]  # fmt: skip
+    others = [
+        {"key": "node.kubernetes.io/not-ready", "effect": "NoExecute"},
+        {"key": "team", "value": "a", "effect": "NoSchedule"},
+    ]
     ours = {"key": KEY, "value": "Xid79", "effect": "NoSchedule"}
     added = taints_with(others, key=KEY, desired=ours)
     assert added == [*others, ours]
@@ -124,6 +138,10 @@ def test_evictions_take_holders_of_the_failed_gpu_replicas_and_mig_devices_only(
 
 
 def test_a_pod_with_two_containers_on_the_gpu_is_evicted_once() -> None:
-    holders = [holder("p", "GPU-dddd"), DeviceHolder(namespace="ml", pod="p", container="d",
-               resource="nvidia.com/gpu", device_ids=("GPU-dddd::1",))]  # fmt: skip
+    holders = [
+        holder("p", "GPU-dddd"),
+        DeviceHolder(
+            namespace="ml", pod="p", container="d", resource="nvidia.com/gpu", device_ids=("GPU-dddd::1",)
+        ),
+    ]
     assert eviction_targets(holders, [3], INDEX, EvictionPolicy.PODS_ON_FAILED_GPU) == [("ml", "p")]
