@@ -60,9 +60,12 @@ class KubeApi:
         kubeconfig: str | None = None,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
-        from kubernetes import client
-        from kubernetes import config as untyped_config
-        from kubernetes.config.config_exception import ConfigException
+        try:
+            from kubernetes import client
+            from kubernetes import config as untyped_config
+            from kubernetes.config.config_exception import ConfigException
+        except ImportError as exc:
+            raise ApiServerError(f"the kubernetes client library is not installed: {exc}") from exc
 
         config: Any = untyped_config  # the client's loaders carry no annotations
         configuration = client.Configuration()

@@ -146,6 +146,7 @@ def test_plain_manifest_runs_the_agent_and_a_gpu_pod_sees_its_gpu_in_nvidia_smi(
         wait_agent_ready(cluster, "kubegpu")
         t_ready = time.monotonic() - t0
         cluster.wait_resource(GPU, allocatable=8, capacity=8, timeout_s=90)
+        wait_label(cluster, "nvidia.com/gpu.product", "NVIDIA-H100-80GB-HBM3")
         say(
             request.config,
             f"[e2e] deploy: kubectl apply -> agent pod Ready {t_ready:.1f} s, "
@@ -160,6 +161,19 @@ def test_plain_manifest_runs_the_agent_and_a_gpu_pod_sees_its_gpu_in_nvidia_smi(
             "delete", "-f", str(MANIFEST), "--wait=true", "--timeout=120s", check=False, timeout_s=150
         )
     wait_gone(cluster)
+
+
+def node_label(cluster: Cluster, key: str) -> str | None:
+    labels: dict[str, str] = cluster.get("node", NODE_NAME)["metadata"].get("labels", {})
+    return labels.get(key)
+
+
+def wait_label(cluster: Cluster, key: str, value: str, timeout_s: float = 60) -> None:
+    """The in-cluster agent wrote ``key=value`` on the node: its token, the chart's RBAC and the image's
+    API client work (docs/node.md)."""
+    wait_until(
+        f"node label {key}={value}", lambda: node_label(cluster, key), timeout_s, accept=lambda v: v == value
+    )
 
 
 def _helm(helm: str, rig: Rig, *args: str) -> str:
@@ -181,9 +195,11 @@ def test_helm_install_time_slices_upgrade_changes_replicas_live_and_uninstall_le
     try:
         agent = wait_agent_ready(cluster, ns)
         cluster.wait_resource(GPU, allocatable=32, timeout_s=90)
+        wait_label(cluster, "nvidia.com/gpu.replicas", "4")
         # the agent watches its mounted ConfigMap; kubelet syncs the volume within about a minute
         _helm(helm, rig, "upgrade", "kubegpu", str(CHART), *base, "--set", "sharing.timeSlicing.replicas=2")
         cluster.wait_resource(GPU, allocatable=16, timeout_s=240)
+        wait_label(cluster, "nvidia.com/gpu.replicas", "2", timeout_s=30)
         [same] = _agent_pods(cluster, ns)
         assert same["metadata"]["uid"] == agent["metadata"]["uid"], "the upgrade restarted the agent pod"
         assert same["status"]["containerStatuses"][0]["restartCount"] == 0
