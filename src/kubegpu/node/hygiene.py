@@ -97,6 +97,7 @@ class NodeHygiene:
         self._failed_since: float | None = None  # the tracker's time of the quarantine's first fault
         self._lease: QuarantineLease | None = None
         self._capped = False
+        self._holders_error: str | None = None
         if self._q is not None:
             ns, _, name = self._q.lease.partition("/")
             self._lease = QuarantineLease(
@@ -190,19 +191,29 @@ class NodeHygiene:
         return any(not e.done for e in self._evictions.values())
 
     def sync_once(self) -> None:
-        """One pass: labels, quiet-period recovery, quarantine, evictions (raises on API failures)."""
-        self._sync_labels()
+        """One pass: quiet-period recovery, quarantine and evictions, then labels. Each part is tried
+        even when the other fails (labels must never hold a quarantine back); the first API failure is
+        raised afterwards, for the loop's backoff."""
+        failure: KubegpuError | None = None
         self._tracker.recover_quiet()
         with self._lock:
             q = self._q
-        if q is None:
-            return
-        failed = failed_gpus(self._tracker.statuses(), self._uuids, q.policy)
-        self._sync_quarantine(q, failed)
-        if failed and not self._capped:
-            self._evict(q, failed)
-        elif not failed:
-            self._evictions.clear()
+        if q is not None:
+            try:
+                failed = failed_gpus(self._tracker.statuses(), self._uuids, q.policy)
+                self._sync_quarantine(q, failed)
+                if failed and not self._capped:
+                    self._evict(q, failed)
+                elif not failed:
+                    self._evictions.clear()
+            except KubegpuError as exc:
+                failure = exc
+        try:
+            self._sync_labels()
+        except KubegpuError as exc:
+            failure = failure or exc
+        if failure is not None:
+            raise failure
 
     # -- labels -------------------------------------------------------------------------------------
 
@@ -326,8 +337,11 @@ class NodeHygiene:
         try:
             holders = self._holders()
         except KubegpuError as exc:
-            log.warning("cannot read who holds the failed GPUs; retrying", extra={"error": describe(exc)})
+            if str(exc) != self._holders_error:  # once per distinct cause, not every pass
+                log.warning("cannot read who holds the failed GPUs; retrying", extra={"error": describe(exc)})
+            self._holders_error = str(exc)
             return
+        self._holders_error = None
         targets = eviction_targets(holders, [f.index for f in failed], self._index_of, q.eviction)
         for key in list(self._evictions):
             if key not in targets:

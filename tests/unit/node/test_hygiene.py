@@ -9,6 +9,8 @@ import copy
 import json
 from typing import Any, cast
 
+import pytest
+
 from kubegpu.errors import ApiServerError
 from kubegpu.health.policy import HealthPolicy
 from kubegpu.health.quarantine import EvictionPolicy, QuarantineSettings
@@ -284,3 +286,21 @@ def test_labels_replace_kubegpus_own_and_leave_another_managers_keys() -> None:
     labels = api.nodes["n0"]["metadata"]["labels"]
     assert "nvidia.com/mig.strategy" not in labels and labels["team"] == "ml"
     assert labels["nvidia.com/gpu.count"] == "8" and labels["nvidia.com/gpu.present"] == "true"
+
+
+def test_a_failing_label_write_never_holds_the_quarantine_back() -> None:
+    api = FakeApi()
+    api.foreign_labels = {"x": "y"}
+
+    def refuse(*args: Any, **kwargs: Any) -> None:
+        if not kwargs.get("status"):
+            raise ApiServerError("forbidden", status=403)
+        FakeApi.apply_node(api, *args, **kwargs)
+
+    api.apply_node = refuse  # type: ignore[method-assign]
+    hygiene, tracker = make(api)
+    hygiene.set_labels({"nvidia.com/gpu.count": "8"})
+    tracker.apply(GpuEvent(gpu=0, kind=GpuEventKind.XID, xid=79))
+    with pytest.raises(ApiServerError, match="forbidden"):
+        hygiene.sync_once()  # reported, for the loop's backoff
+    assert len(api.taints()) == 1 and api.condition() is not None
