@@ -46,11 +46,11 @@ from kubegpu.node.quarantine import (
     taints_with,
 )
 
-__all__ = ["NodeHygiene"]
+__all__ = ["CAPPED_RETRY_S", "NodeHygiene"]
 
 log = logging.getLogger(__name__)
 
-LABEL_PREFIXES = ("nvidia.com/", "kubegpu.io/")
+CAPPED_RETRY_S = 30.0  # a node the fleet cap refused asks the Lease again this often
 
 
 @dataclass(kw_only=True)
@@ -85,7 +85,6 @@ class NodeHygiene:
         self._clock, self._wall = clock, wall_clock
         self._lock = threading.Lock()
         self._stop = threading.Event()
-        self._kick = threading.Event()
         self._thread: threading.Thread | None = None
         self._labels_wanted: dict[str, str] | None = None
         self._labels_applied: dict[str, str] | None = None
@@ -97,6 +96,7 @@ class NodeHygiene:
         self._failed_since: float | None = None  # the tracker's time of the quarantine's first fault
         self._lease: QuarantineLease | None = None
         self._capped = False
+        self._capped_retry_at = 0.0
         self._holders_error: str | None = None
         if self._q is not None:
             ns, _, name = self._q.lease.partition("/")
@@ -117,7 +117,6 @@ class NodeHygiene:
             return
         with self._lock:
             self._labels_wanted = dict(labels)
-        self._kick.set()
         self._tracker.wake()
 
     def set_quarantine(self, settings: QuarantineSettings | None) -> None:
@@ -125,7 +124,6 @@ class NodeHygiene:
         with self._lock:
             self._q = settings if settings is not None and settings.enabled else None
             self._applied = None
-        self._kick.set()
         self._tracker.wake()
 
     def read_back(self) -> int:
@@ -167,7 +165,7 @@ class NodeHygiene:
             if now >= self._retry_at:
                 try:
                     self.sync_once()
-                except KubegpuError as exc:
+                except Exception as exc:  # an API failure, or a bug: this thread must not die
                     delay = self._backoff.failed()
                     self._retry_at = self._clock() + delay
                     log.warning(
@@ -183,7 +181,6 @@ class NodeHygiene:
                     if self._backoff.failures:
                         log.info("node updates work again", extra={"node": self._node})
                     self._backoff.reset()
-            self._kick.clear()
             timeout = 0.5 if self._evictions_pending() or self._retry_at > now else 1.0
             seen = self._tracker.wait_for_change(seen, timeout)
 
@@ -246,7 +243,7 @@ class NodeHygiene:
 
     def _sync_quarantine(self, q: QuarantineSettings, failed: list[FailedGpu]) -> None:
         state = (tuple((f.index, f.reason) for f in failed), q.taint_key, q.taint_effect)
-        if state == self._applied:
+        if state == self._applied and not (self._capped and self._clock() >= self._capped_retry_at):
             return
         t0 = self._clock()
         assert self._lease is not None
@@ -293,6 +290,7 @@ class NodeHygiene:
                 },
             )
         self._capped = capped
+        self._capped_retry_at = self._clock() + CAPPED_RETRY_S
         self._applied = state
 
     def _write_taint(self, key: str, taint: dict[str, str] | None) -> None:

@@ -17,6 +17,7 @@ import json
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from kubegpu.errors import ApiServerError
@@ -44,11 +45,13 @@ def gpu_node_count(nodes: list[ApiObject]) -> int:
     return sum(1 for n in nodes if _is_gpu_node(n))
 
 
+@dataclass(frozen=True, kw_only=True)
 class CapDecision:
     """The outcome of a claim: ``allowed``, and the counts for the log line."""
 
-    def __init__(self, *, allowed: bool, quarantined: int, gpu_nodes: int) -> None:
-        self.allowed, self.quarantined, self.gpu_nodes = allowed, quarantined, gpu_nodes
+    allowed: bool
+    quarantined: int
+    gpu_nodes: int
 
 
 class QuarantineLease:

@@ -304,3 +304,31 @@ def test_a_failing_label_write_never_holds_the_quarantine_back() -> None:
     with pytest.raises(ApiServerError, match="forbidden"):
         hygiene.sync_once()  # reported, for the loop's backoff
     assert len(api.taints()) == 1 and api.condition() is not None
+
+
+def test_a_capped_node_asks_again_and_is_quarantined_once_a_place_is_free() -> None:
+    api = FakeApi(others=4)
+    api.nodes["o0"]["spec"]["taints"].append({"key": KEY, "value": "Xid79", "effect": "NoSchedule"})
+    api.create_lease(
+        "kube-system",
+        {
+            "metadata": {
+                "name": "kubegpu-quarantine",
+                "annotations": {ANNOTATION: json.dumps({"o0": {"reason": "Xid79", "since": 1_767_225_000}})},
+            }
+        },
+    )
+    clock = Clock()
+    hygiene, tracker = make(api, clock=clock)
+    tracker.apply(GpuEvent(gpu=0, kind=GpuEventKind.XID, xid=79))
+    hygiene.sync_once()
+    assert api.taints() == []
+    lease = api.get_lease("kube-system", "kubegpu-quarantine")
+    assert lease is not None
+    lease["metadata"]["annotations"][ANNOTATION] = "{}"  # o0 recovered and gave its place back
+    api.replace_lease("kube-system", lease)
+    hygiene.sync_once()
+    assert api.taints() == [], "not before the retry interval"
+    clock.t += 31
+    hygiene.sync_once()
+    assert len(api.taints()) == 1 and "withheld" not in (api.condition() or {}).get("message", "withheld")
