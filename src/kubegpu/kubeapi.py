@@ -41,6 +41,7 @@ ApiObject = dict[str, Any]
 FIELD_MANAGER = "kubegpu"
 QUARANTINE_FIELD_MANAGER = "kubegpu-quarantine"
 REQUEST_TIMEOUT_S = (3.0, 10.0)  # connect, read
+QUICK_TIMEOUT_S = (1.0, 3.0)
 RETRIES = 3  # attempts of an idempotent call
 _RETRIABLE = {0, 429, 500, 502, 503, 504}
 _SA_TOKEN = Path("/var/run/secrets/kubernetes.io/serviceaccount/token")
@@ -93,20 +94,24 @@ class KubeApi:
         query: Mapping[str, str] | None = None,
         content_type: str = "application/json",
         idempotent: bool = False,
+        quick: bool = False,
     ) -> ApiObject | None:
-        """One call; the decoded JSON answer, ``None`` for 404. Raises ``ApiServerError``."""
+        """One call; the decoded JSON answer, ``None`` for 404. Raises ``ApiServerError``. ``quick``:
+        one attempt with short timeouts (for a caller that must not wait long, e.g. the agent's start)."""
         from urllib3.exceptions import HTTPError
 
         url_path = path + ("?" + urlencode(dict(query)) if query else "")
         headers = {"Accept": "application/json", "Content-Type": content_type}
         backoff = Backoff(initial_s=0.2, max_s=1.0)
-        for attempt in range(1, RETRIES + 1):
+        attempts = 1 if quick else RETRIES
+        timeout = QUICK_TIMEOUT_S if quick else REQUEST_TIMEOUT_S
+        for attempt in range(1, attempts + 1):
             status, text = 0, ""
             try:
                 ser = self._client.param_serialize(
                     method, url_path, header_params=dict(headers), body=body, auth_settings=["BearerToken"]
                 )
-                resp = self._client.call_api(*ser, _request_timeout=REQUEST_TIMEOUT_S)
+                resp = self._client.call_api(*ser, _request_timeout=timeout)
                 status = int(resp.status)
                 text = bytes(resp.read() or b"").decode("utf-8", errors="replace")
             except (HTTPError, OSError) as exc:
@@ -117,7 +122,7 @@ class KubeApi:
                 return json.loads(text) if text else {}
             if status == 404:
                 return None
-            if not (idempotent and status in _RETRIABLE and attempt < RETRIES):
+            if not (idempotent and status in _RETRIABLE and attempt < attempts):
                 raise ApiServerError(self._message(method, path, status, text), status=status)
             self._sleep(backoff.failed())
         raise AssertionError("unreachable")  # pragma: no cover
@@ -139,8 +144,8 @@ class KubeApi:
     def _node_path(name: str) -> str:
         return f"/api/v1/nodes/{quote(name, safe='')}"
 
-    def get_node(self, name: str) -> ApiObject | None:
-        return self.request("GET", self._node_path(name), idempotent=True)
+    def get_node(self, name: str, *, quick: bool = False) -> ApiObject | None:
+        return self.request("GET", self._node_path(name), idempotent=True, quick=quick)
 
     def list_nodes(self, *, label_selector: str | None = None) -> list[ApiObject]:
         query = {"labelSelector": label_selector} if label_selector else None

@@ -130,7 +130,7 @@ class NodeHygiene:
         """Restore into the tracker the faults a previous run's condition recorded; how many."""
         if self._q is None:
             return 0
-        node = self._api.get_node(self._node)
+        node = self._api.get_node(self._node, quick=True)  # the agent's start waits for this
         if node is None:
             return 0
         by_uuid = {u.lower(): i for i, u in enumerate(self._uuids)}

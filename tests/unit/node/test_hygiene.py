@@ -53,7 +53,7 @@ class FakeApi:
         meta = self.nodes[name]["metadata"]
         meta["resourceVersion"] = str(int(meta["resourceVersion"]) + 1)
 
-    def get_node(self, name: str) -> dict[str, Any] | None:
+    def get_node(self, name: str, *, quick: bool = False) -> dict[str, Any] | None:
         return copy.deepcopy(self.nodes.get(name))
 
     def list_nodes(self, *, label_selector: str | None = None) -> list[dict[str, Any]]:
