@@ -30,6 +30,10 @@
 12. ``--metrics-address`` serves dcgm-exporter-compatible ``/metrics`` (``kubegpu.metrics``, imported
     only then): NVML or the load model for values, kubelet's PodResources for pod labels, and the
     agent's own RPC latencies, registrations and health transitions through small hooks.
+13. with ``--node-name`` (NODE_NAME) and API access (``--kubeconfig``, or the pod's service account) it
+    keeps its Node's GPU labels and quarantines the node on a fatal GPU failure (``kubegpu.node``,
+    docs/node.md); without them both are off, with one log line, and the agent works as before.
+    The quarantine an earlier run left on the Node is read back before health events flow.
 
 The plugin directory is made absolute once, when the agent is built (gRPC's ``unix://`` needs it).
 """
@@ -51,7 +55,7 @@ from typing import TYPE_CHECKING
 
 from kubegpu.backoff import Backoff, describe
 from kubegpu.deviceplugin import nvidia_smi
-from kubegpu.deviceplugin.config import AgentConfig, load_config
+from kubegpu.deviceplugin.config import AgentConfig, SharingKind, load_config
 from kubegpu.deviceplugin.inventory import Inventory, Resource, build_inventory
 from kubegpu.deviceplugin.kubelet_socket import SocketIdentity, socket_identity
 from kubegpu.deviceplugin.plugin import ResourcePlugin
@@ -63,14 +67,17 @@ from kubegpu.errors import InputError, KubegpuError, RegistrationFailed, SourceE
 from kubegpu.health.tracker import HealthTracker
 from kubegpu.model.event import GpuEvent
 from kubegpu.model.node import Node
+from kubegpu.node.labels import DriverVersions, LabelInputs, MigMode, SharingMode, node_labels
+from kubegpu.podresources.client import DEFAULT_POD_RESOURCES_SOCKET
 from kubegpu.probes import ProbeServer
 from kubegpu.sources.faults import FaultFileFollower
 
 if TYPE_CHECKING:
     from kubegpu.metrics.exporter import MetricsExporter
+    from kubegpu.node.hygiene import NodeHygiene
     from kubegpu.sources.nvml import NvmlSource
 
-__all__ = ["DEFAULT_DEVICE_PLUGIN_DIR", "Agent", "AgentOptions"]
+__all__ = ["DEFAULT_DEVICE_PLUGIN_DIR", "Agent", "AgentOptions", "label_inputs", "labels_for"]
 
 log = logging.getLogger(__name__)
 
@@ -99,6 +106,8 @@ class AgentOptions:
     health_address: str | None = None  # HOST:PORT for /healthz and /readyz; None: no endpoint
     init_retry_s: float = INIT_RETRY_S
     simulated_nvidia_smi: bool = False  # --node-spec only: mount a stand-in nvidia-smi into containers
+    node_name: str | None = None  # the Node the labels and the quarantine go to; None: both off
+    kubeconfig: str | None = None  # None: the pod's service account (in a pod), else ~/.kube/config
 
     @property
     def kubelet_socket_path(self) -> Path | None:
@@ -147,6 +156,9 @@ class Agent:
         self._sim_mounts: tuple[MountSpec, ...] = ()
         self._probes: ProbeServer | None = None
         self._metrics: MetricsExporter | None = None
+        self._hygiene: NodeHygiene | None = None
+        self._label_timestamp = int(time.time())  # GFD's gfd.timestamp: once per (re)start
+        self._driver: DriverVersions | None = None
 
     # -- building ---------------------------------------------------------------------------------
 
@@ -201,10 +213,14 @@ class Agent:
         )
 
     @staticmethod
-    def _tracker(node: Node, config: AgentConfig) -> HealthTracker:
+    def _aliases(node: Node) -> dict[str, int]:
         aliases: dict[str, int] = {str(g.uuid): g.index for g in node.gpus}
         aliases.update({str(m.uuid): g.index for g in node.gpus for m in g.mig_instances})
-        return HealthTracker(gpu_count=len(node.gpus), aliases=aliases, policy=config.health)
+        return aliases
+
+    @classmethod
+    def _tracker(cls, node: Node, config: AgentConfig) -> HealthTracker:
+        return HealthTracker(gpu_count=len(node.gpus), aliases=cls._aliases(node), policy=config.health)
 
     def _install_sim_tools(self, node: Node) -> None:
         """Simulated mode: (re)write the stand-in nvidia-smi and mount it into every allocation."""
@@ -226,6 +242,12 @@ class Agent:
             for r in inventory.resources
         ]
 
+    def _served(self, resource: str) -> bool:
+        """Whether a PodResources entry is one of the resources this agent serves (or NVIDIA's names)."""
+        inventory = self.inventory
+        names = {str(r.name) for r in inventory.resources} if inventory is not None else set()
+        return resource in names or resource == "nvidia.com/gpu" or resource.startswith("nvidia.com/mig-")
+
     def _build_metrics(self, config: AgentConfig) -> MetricsExporter | None:
         """The metrics exporter when ``--metrics-address`` is given (not started yet), else ``None``."""
         if not config.metrics_address:
@@ -240,14 +262,9 @@ class Agent:
             NvmlSampler(lambda: self._nvml_source) if self.options.use_nvml else SimulatedSampler(ledger)
         )
 
-        def served(resource: str) -> bool:
-            inventory = self.inventory
-            names = {str(r.name) for r in inventory.resources} if inventory is not None else set()
-            return resource in names or resource == "nvidia.com/gpu" or resource.startswith("nvidia.com/mig-")
-
         holders = None
         if config.pod_resources_socket:
-            holders = PodResourcesClient(Path(config.pod_resources_socket), wanted=served)
+            holders = PodResourcesClient(Path(config.pod_resources_socket), wanted=self._served)
         return MetricsExporter(
             address=config.metrics_address,
             node=lambda: self.node,
@@ -315,6 +332,7 @@ class Agent:
                 "resources": {str(r.name): len(r.devices) for r in inventory.resources},
             },
         )
+        self._start_hygiene()
         if self.options.fault_file is not None:
             self._fault_follower = FaultFileFollower(self.options.fault_file, self.apply_event)
             self._fault_follower.start()
@@ -335,6 +353,58 @@ class Agent:
             except BaseException:
                 self.stop()
                 raise
+
+    # -- the Node object: labels and quarantine (kubegpu.node) ------------------------------------
+
+    def _start_hygiene(self) -> None:
+        """Start the node's labels and quarantine when a node name and API access are given; read the
+        quarantine an earlier run recorded back into the tracker first (before health events flow)."""
+        config, node, tracker = self.config, self.node, self.tracker
+        assert config is not None and node is not None and tracker is not None
+        if self._hygiene is not None or not (config.node_labels or config.quarantine.enabled):
+            return
+        if not node.gpus:
+            return  # nothing to label or quarantine (failOnInitError=false: reload() comes back here)
+        name = self.options.node_name
+        if not name:
+            log.info("node labels and quarantine off: no node name (give --node-name or NODE_NAME)")
+            return
+        from kubegpu.kubeapi import KubeApi
+        from kubegpu.node.hygiene import NodeHygiene
+        from kubegpu.podresources.client import PodResourcesClient
+
+        try:
+            api = KubeApi(kubeconfig=self.options.kubeconfig)
+        except KubegpuError as exc:
+            log.info("node labels and quarantine off: no API server access", extra={"error": str(exc)})
+            return
+        pods = PodResourcesClient(
+            Path(config.pod_resources_socket or DEFAULT_POD_RESOURCES_SOCKET), wanted=self._served
+        )
+        hygiene = NodeHygiene(
+            api,
+            node_name=name,
+            tracker=tracker,
+            uuids=[str(g.uuid) for g in node.gpus],
+            index_of=self._aliases(node),
+            holders=pods.holders,
+            quarantine=config.quarantine,
+            labels_enabled=config.node_labels,
+        )
+        try:
+            hygiene.read_back()
+        except KubegpuError as exc:
+            log.warning("could not read back the node's quarantine", extra={"error": describe(exc)})
+        if self._nvml_source is not None and self._driver is None:
+            driver, cuda = self._nvml_source.versions()
+            self._driver = DriverVersions(driver=driver, cuda=cuda) if driver else None
+        hygiene.set_labels(labels_for(node, config, versions=self._driver, timestamp=self._label_timestamp))
+        hygiene.start()
+        self._hygiene = hygiene
+        log.info(
+            "node labels and quarantine on",
+            extra={"node": name, "labels": config.node_labels, "quarantine": config.quarantine.enabled},
+        )
 
     def _start_nvml_watch(self) -> None:
         if self._nvml_source is not None and self._nvml_thread is None:
@@ -636,6 +706,12 @@ class Agent:
             self._slots = [kept.get(p.resource.name) or fresh[p.resource.name] for p in plugins]
         for slot in replaced:
             slot.server.stop()
+        if self._hygiene is not None:
+            labels = labels_for(self.node, config, versions=self._driver, timestamp=self._label_timestamp)
+            self._hygiene.set_labels(labels)
+            self._hygiene.set_quarantine(config.quarantine)
+        else:
+            self._start_hygiene()
         log.info(
             "config reloaded",
             extra={
@@ -664,6 +740,8 @@ class Agent:
             self._probes.stop()
         if self._metrics is not None:
             self._metrics.stop()
+        if self._hygiene is not None:
+            self._hygiene.stop()
         if self.tracker is not None:
             self.tracker.wake()
         if self._fault_follower is not None:
@@ -715,3 +793,22 @@ class Agent:
                     self.reload()
         finally:
             self.stop()
+
+
+def label_inputs(config: AgentConfig) -> LabelInputs:
+    """How ``config`` advertises the GPUs, in the terms of the label computation (kubegpu.node)."""
+    sharing = config.sharing
+    mig = MigMode(config.mig_strategy.value)
+    if sharing is None:
+        return LabelInputs(mig=mig)
+    mode = SharingMode.TIME_SLICING if sharing.kind is SharingKind.TIME_SLICING else SharingMode.MPS
+    replicas = {r.name: r.replicas for r in sharing.resources}
+    renamed = frozenset(r.name for r in sharing.resources if r.rename or sharing.rename_by_default)
+    return LabelInputs(mig=mig, sharing=mode, replicas=replicas, renamed=renamed)
+
+
+def labels_for(
+    node: Node, config: AgentConfig, *, versions: DriverVersions | None = None, timestamp: int | None = None
+) -> dict[str, str]:
+    """The node's labels (``kubegpu labels`` prints these; the agent writes them)."""
+    return node_labels(node, label_inputs(config), versions=versions, timestamp=timestamp)

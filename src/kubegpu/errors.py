@@ -20,6 +20,7 @@ single line on stderr and the exit code the class carries; anything else reachin
     ├── SourceError               exit 1  a GPU source (NVML, the host) cannot be read
     ├── UnknownGpuError           exit 1  a health event names a GPU this node does not have
     ├── PodResourcesUnavailable   exit 1  kubelet's PodResources API cannot be read (socket, rate limit)
+    ├── ApiServerError            exit 1  an API-server call failed (``status``: HTTP code, 0 unreachable)
     └── ProbeFailed               exit 1  a doctor probe cannot read what a check needs
         └── ClusterUnreachable            the API server cannot be reached, or the credentials fail
 
@@ -33,6 +34,7 @@ from enum import Enum
 
 __all__ = [
     "AllocationError",
+    "ApiServerError",
     "ClusterUnreachable",
     "ConfigError",
     "DeviceRequestError",
@@ -122,6 +124,14 @@ class UnknownGpuError(KubegpuError):
 
 class PodResourcesUnavailable(KubegpuError):
     """kubelet's PodResources API did not answer (no socket, timeout, rate limit); says which and where."""
+
+
+class ApiServerError(KubegpuError):
+    """An API-server call of the agent failed; ``status`` is the HTTP code (0: not reachable)."""
+
+    def __init__(self, message: str, *, status: int = 0) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 class ProbeFailed(KubegpuError):

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from tests.e2e.conftest import Cluster, in_ns, kubegpu_argv, pod, prebuilt_helm, say, wait_until
-from tests.e2e.rig.rig import DEVICE_PLUGIN_DIR, NODE_NAME, Rig
+from tests.e2e.rig.rig import APISERVER_PORT, DEVICE_PLUGIN_DIR, NODE_NAME, Rig, node_ip
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
 
@@ -162,6 +162,19 @@ def test_plain_manifest_runs_the_agent_and_a_gpu_pod_sees_its_gpu_in_nvidia_smi(
     wait_gone(cluster)
 
 
+def node_label(cluster: Cluster, key: str) -> str | None:
+    labels: dict[str, str] = cluster.get("node", NODE_NAME)["metadata"].get("labels", {})
+    return labels.get(key)
+
+
+def wait_label(cluster: Cluster, key: str, value: str, timeout_s: float = 60) -> None:
+    """The in-cluster agent wrote ``key=value`` on the node: its token, the chart's RBAC and the image's
+    API client work (docs/node.md)."""
+    wait_until(
+        f"node label {key}={value}", lambda: node_label(cluster, key), timeout_s, accept=lambda v: v == value
+    )
+
+
 def _helm(helm: str, rig: Rig, *args: str) -> str:
     env = {**os.environ, "KUBECONFIG": str(rig.paths.kubeconfig), "HOME": os.environ.get("HOME", "/root")}
     proc = subprocess.run([helm, *args], capture_output=True, text=True, env=env, check=False, timeout=300)
@@ -177,13 +190,21 @@ def test_helm_install_time_slices_upgrade_changes_replicas_live_and_uninstall_le
     ns = "kubegpu-helm"
     base = ["--namespace", ns, "--set", "simulated.enabled=true"]
     four = ["--set", "sharing.timeSlicing.replicas=4"]
+    # the rig has no kube-proxy: the agent reaches the API server at the node's address, not the ClusterIP
+    api = [
+        {"name": "KUBERNETES_SERVICE_HOST", "value": node_ip()},
+        {"name": "KUBERNETES_SERVICE_PORT", "value": str(APISERVER_PORT)},
+    ]
+    base += ["--set-json", f"extraEnv={json.dumps(api)}"]
     _helm(helm, rig, "install", "kubegpu", str(CHART), "--create-namespace", *base, *four)
     try:
         agent = wait_agent_ready(cluster, ns)
         cluster.wait_resource(GPU, allocatable=32, timeout_s=90)
+        wait_label(cluster, "nvidia.com/gpu.replicas", "4")
         # the agent watches its mounted ConfigMap; kubelet syncs the volume within about a minute
         _helm(helm, rig, "upgrade", "kubegpu", str(CHART), *base, "--set", "sharing.timeSlicing.replicas=2")
         cluster.wait_resource(GPU, allocatable=16, timeout_s=240)
+        wait_label(cluster, "nvidia.com/gpu.replicas", "2", timeout_s=30)
         [same] = _agent_pods(cluster, ns)
         assert same["metadata"]["uid"] == agent["metadata"]["uid"], "the upgrade restarted the agent pod"
         assert same["status"]["containerStatuses"][0]["restartCount"] == 0

@@ -109,7 +109,14 @@ def test_the_daemonset_is_the_seeds_with_the_hardening(which: str) -> None:
     spec = ds["spec"]["template"]["spec"]
     assert ds["spec"]["updateStrategy"]["type"] == "RollingUpdate"
     assert spec["priorityClassName"] == "system-node-critical"
-    assert spec["automountServiceAccountToken"] is False
+    assert spec["automountServiceAccountToken"] is True  # node labels and quarantine (docs/node.md)
+    env = {e["name"]: e for e in _container(which)["env"]}
+    assert env["NODE_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName"
+    assert env["KUBEGPU_QUARANTINE_LEASE"]["value"] == "kubegpu/kubegpu-quarantine"
+    [pr] = [v for v in spec["volumes"] if v["name"] == "pod-resources"]
+    assert pr["hostPath"]["path"] == "/var/lib/kubelet/pod-resources"
+    [pr_mount] = [m for m in _container(which)["volumeMounts"] if m["name"] == "pod-resources"]
+    assert pr_mount["readOnly"] is True
     tolerations = {(t["key"], t.get("effect")) for t in spec["tolerations"]}
     assert {("nvidia.com/gpu", "NoSchedule"), ("CriticalAddonsOnly", None)} <= tolerations
     [term] = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
@@ -137,9 +144,56 @@ def test_the_daemonset_is_the_seeds_with_the_hardening(which: str) -> None:
 
 @pytest.mark.parametrize("which", ["real", "simulated"])
 def test_rbac_has_no_wildcards_and_grants_nothing_the_agent_does_not_use(which: str) -> None:
-    [role] = _objects(which)["ClusterRole"]
+    objects = _objects(which)
+    [role] = objects["ClusterRole"]
     assert "*" not in json.dumps(role)
-    assert role["rules"] == []  # the agent makes no API calls
+    granted = {(r, v) for rule in role["rules"] for r in rule["resources"] for v in rule["verbs"]}
+    assert all(rule["apiGroups"] == [""] for rule in role["rules"])
+    assert granted == {  # each one's reason: templates/rbac.yaml, docs/node.md
+        ("nodes", "get"),
+        ("nodes", "patch"),
+        ("nodes", "list"),
+        ("nodes/status", "patch"),
+        ("pods", "get"),
+        ("pods/eviction", "create"),
+    }
+    [lease_role] = objects["Role"]
+    assert lease_role["metadata"]["namespace"] == "kubegpu"
+    assert lease_role["rules"] == [
+        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
+        {
+            "apiGroups": ["coordination.k8s.io"],
+            "resources": ["leases"],
+            "resourceNames": ["kubegpu-quarantine"],
+            "verbs": ["get", "update"],
+        },
+    ]
+
+
+def test_with_labels_and_quarantine_off_the_agent_gets_no_token_and_no_rules(helm: Path) -> None:
+    proc = subprocess.run(
+        [
+            str(helm),
+            "template",
+            "kubegpu",
+            str(REPO / "deploy/helm/kubegpu"),
+            "--namespace",
+            "kubegpu",
+            "--set",
+            "node.labels=false",
+            "--set",
+            "quarantine.enabled=false",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    docs = [d for d in yaml.safe_load_all(proc.stdout) if d]
+    [role] = [d for d in docs if d["kind"] == "ClusterRole"]
+    assert role["rules"] == []
+    assert not [d for d in docs if d["kind"] == "Role"]
+    [ds] = [d for d in docs if d["kind"] == "DaemonSet"]
+    assert ds["spec"]["template"]["spec"]["automountServiceAccountToken"] is False
 
 
 @pytest.mark.parametrize("which", ["real", "simulated"])

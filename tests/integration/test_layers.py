@@ -38,6 +38,10 @@ CASES = [
     ("sim/run.py", "import kubernetes", {"R7"}),
     ("agent.py", "import prometheus_client", {"R8"}),
     ("metrics/dcgm.py", "import kubegpu.deviceplugin.config", {"R3"}),
+    ("node/labels.py", "import kubegpu.deviceplugin.config", {"R3"}),  # tools are siblings
+    ("kubeapi.py", "import kubegpu.node.labels", {"R3"}),  # the API client sits below the tools
+    ("node/hygiene.py", "import kubernetes", {"R7"}),  # only kubeapi talks to the API server
+    ("node/lease.py", "import rich", {"R4"}),
 ]
 
 

@@ -244,6 +244,24 @@ def register(app: typer.Typer) -> None:
                 "under the plugin dir) that lists the container's simulated GPUs.",
             ),
         ] = False,
+        node_name: Annotated[
+            str | None,
+            typer.Option(
+                "--node-name",
+                envvar="NODE_NAME",
+                help="This node's name in Kubernetes (the chart passes spec.nodeName): the Node whose GPU "
+                "labels and quarantine the agent keeps. Without it both are off.",
+            ),
+        ] = None,
+        kubeconfig: Annotated[
+            str | None,
+            typer.Option(
+                "--kubeconfig",
+                envvar="KUBECONFIG",
+                help="kubeconfig for the API server. Default: the pod's service account when running "
+                "in a pod, else ~/.kube/config.",
+            ),
+        ] = None,
         settings: Mapping[str, object],
     ) -> None:
         """Run the kubelet device plugin: advertise GPUs, pick topology-aware sets, report health."""
@@ -271,5 +289,7 @@ def register(app: typer.Typer) -> None:
             health_address=health_address or None,
             init_retry_s=init_retry_interval,
             simulated_nvidia_smi=simulated_nvidia_smi,
+            node_name=node_name or None,
+            kubeconfig=kubeconfig or None,
         )
         Agent(options).run_until_signalled()

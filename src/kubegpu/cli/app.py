@@ -10,7 +10,7 @@ import sys
 
 import typer
 
-from kubegpu.cli import agent, alloc, demo, doctor, mig, plan, sim, topo
+from kubegpu.cli import agent, alloc, demo, doctor, labels, mig, plan, sim, topo
 from kubegpu.errors import KubegpuError
 
 app = typer.Typer(
@@ -35,7 +35,7 @@ def version() -> None:
 
 def _register_all() -> None:
     # Each module owns its commands; the order here is the order in --help.
-    for module in (demo, topo, alloc, mig, plan, sim, doctor, agent):
+    for module in (demo, topo, labels, alloc, mig, plan, sim, doctor, agent):
         module.register(app)
 
 

@@ -50,6 +50,7 @@ from kubegpu.deviceplugin.policies import ALLOCATION_POLICIES, REPLICA_POLICIES
 from kubegpu.echo import clip, shorten
 from kubegpu.errors import ConfigError
 from kubegpu.health.policy import EccAction, HealthPolicy, WatcherFailureAction
+from kubegpu.health.quarantine import EvictionPolicy, QuarantinePolicy, QuarantineSettings, TaintEffect
 from kubegpu.health.xid import DEFAULT_IGNORED_XIDS, XidPolicy
 
 __all__ = [
@@ -120,7 +121,17 @@ class Sharing:
 
 
 MAX_REPLICAS = 1024  # replicas per GPU; each is a device kubelet lists, so the bound keeps that finite
-_KUBEGPU_HEALTH = {"disabled", "ignoredXids", "fatalXids", "ecc", "watcherFailure"}
+_KUBEGPU_HEALTH = {"disabled", "ignoredXids", "fatalXids", "ecc", "watcherFailure", "recoverAfter"}
+_KUBEGPU_QUARANTINE = {
+    "enabled",
+    "taintKey",
+    "taintEffect",
+    "eviction",
+    "maxShare",
+    "lease",
+    "xids",
+    "neverXids",
+}
 _KUBEGPU_ECC = {"doubleBit", "singleBit"}
 _KUBEGPU_SHARING = {"replicas", "exclusive", "rename"}
 _SHARING_KEYS = {"renameByDefault", "failRequestsGreaterThanOne", "resources"}
@@ -603,8 +614,70 @@ def _parse_health(where: str, value: object) -> HealthPolicy:
     dbe = _enum(EccAction, f"{where}.ecc.doubleBit", ecc.get("doubleBit", "fatal"))
     sbe = _enum(EccAction, f"{where}.ecc.singleBit", ecc.get("singleBit", "ignore"))
     watcher = _enum(WatcherFailureAction, f"{where}.watcherFailure", raw.get("watcherFailure", "unhealthy"))
+    recover = raw.get("recoverAfter")
+    if recover is not None and (
+        isinstance(recover, bool) or not isinstance(recover, int | float) or recover <= 0
+    ):
+        raise ConfigError(
+            f"{where}.recoverAfter: {shorten(recover)} must be a number of seconds > 0 (or null: off)"
+        )
     xid = XidPolicy(ignored=ignored, forced_fatal=forced, all_fatal=all_fatal, disabled=disabled)
-    return HealthPolicy(xid=xid, ecc_double_bit=dbe, ecc_single_bit=sbe, watcher_failure=watcher)
+    return HealthPolicy(
+        xid=xid,
+        ecc_double_bit=dbe,
+        ecc_single_bit=sbe,
+        watcher_failure=watcher,
+        recover_after_s=None if recover is None else float(recover),
+    )
+
+
+_LABEL_KEY = re.compile(r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+                        r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")  # fmt: skip
+
+
+def _parse_quarantine(where: str, value: object) -> QuarantineSettings:
+    """``kubegpu.quarantine``: what the agent does to its Node when a GPU fails (docs/node.md)."""
+    raw = _mapping(where, value)
+    _check_keys(where, raw, _KUBEGPU_QUARANTINE, strict=True)
+    base = QuarantineSettings()
+    enabled = _bool(f"{where}.enabled", raw.get("enabled", base.enabled))
+    key = _str(f"{where}.taintKey", raw.get("taintKey", base.taint_key))
+    if not _LABEL_KEY.match(key) or len(key) > 316:
+        raise ConfigError(
+            f"{where}.taintKey: {shorten(key)} is not a valid taint key (e.g. nvidia.com/gpu.unhealthy)"
+        )
+    effect = _enum(TaintEffect, f"{where}.taintEffect", raw.get("taintEffect", base.taint_effect.value))
+    eviction = _enum(EvictionPolicy, f"{where}.eviction", raw.get("eviction", base.eviction.value))
+    share = raw.get("maxShare", base.max_share)
+    if isinstance(share, bool) or not isinstance(share, int | float) or not 0 < share <= 1:
+        raise ConfigError(f"{where}.maxShare: {shorten(share)} must be a fraction > 0 and <= 1 (e.g. 0.1)")
+    lease = _lease(f"{where}.lease", raw.get("lease", base.lease))
+    extra = _xids(f"{where}.xids", raw["xids"]) if "xids" in raw else frozenset()
+    never = _xids(f"{where}.neverXids", raw["neverXids"]) if "neverXids" in raw else frozenset()
+    return QuarantineSettings(
+        enabled=enabled,
+        taint_key=key,
+        taint_effect=effect,
+        eviction=eviction,
+        max_share=float(share),
+        lease=lease,
+        policy=QuarantinePolicy(extra_xids=extra, never_xids=never),
+    )
+
+
+def _lease(where: str, value: object) -> str:
+    text = _str(where, value)
+    ns, sep, name = text.partition("/")
+    if not sep or not _DNS_SUBDOMAIN.match(ns) or not _DNS_SUBDOMAIN.match(name):
+        raise ConfigError(
+            f"{where}: {shorten(text)} must be NAMESPACE/NAME of a Lease, e.g. kube-system/kubegpu-quarantine"
+        )
+    return text
+
+
+def _quarantine_lease_env(where: str, value: str, settings: QuarantineSettings) -> QuarantineSettings:
+    """``KUBEGPU_QUARANTINE_LEASE``: the Lease's NAMESPACE/NAME (the chart sets its own namespace)."""
+    return replace(settings, lease=_lease(where, value.strip()))
 
 
 def _disable_healthchecks(where: str, value: str, policy: HealthPolicy) -> HealthPolicy:
@@ -844,6 +917,24 @@ _POD_RESOURCES_SOCKET = Setting[str](
     flag="--pod-resources-socket",
 )
 
+_NODE_LABELS = Setting[bool](
+    name="node_labels",
+    parse=_bool,
+    default=True,
+    help="Write GFD-compatible GPU labels on the agent's Node (needs --node-name and API access).",
+    file_keys=("kubegpu.node.labels",),
+    env=(EnvVar("KUBEGPU_NODE_LABELS"),),
+    flag="--node-labels",
+)
+_QUARANTINE = Setting[QuarantineSettings](
+    name="quarantine",
+    parse=_parse_quarantine,
+    default=QuarantineSettings(),
+    help="What a fatal GPU failure does to the Node: condition, taint, evictions, fleet cap.",
+    file_keys=("kubegpu.quarantine",),
+    env=(EnvVar("KUBEGPU_QUARANTINE_LEASE", apply=_quarantine_lease_env),),
+)
+
 SETTINGS: tuple[Setting[Any], ...] = (
     _MIG_STRATEGY,
     _FAIL_ON_INIT_ERROR,
@@ -864,6 +955,8 @@ SETTINGS: tuple[Setting[Any], ...] = (
     _HEALTH,
     _METRICS_ADDRESS,
     _POD_RESOURCES_SOCKET,
+    _NODE_LABELS,
+    _QUARANTINE,
 )
 ENV_VARS: tuple[str, ...] = tuple(sorted({e.name for s in SETTINGS for e in s.env}))
 CLI_FLAGS: Mapping[str, str] = {s.name: s.flag for s in SETTINGS if s.flag}
@@ -896,6 +989,8 @@ class AgentConfig:
     health: HealthPolicy = _HEALTH.default
     metrics_address: str = _METRICS_ADDRESS.default
     pod_resources_socket: str = _POD_RESOURCES_SOCKET.default
+    node_labels: bool = _NODE_LABELS.default
+    quarantine: QuarantineSettings = _QUARANTINE.default
     sharing: Sharing | None = None
     source_file: str | None = None
     warnings: tuple[str, ...] = ()

@@ -56,6 +56,9 @@ class HealthPolicy:
     ecc_double_bit: EccAction = EccAction.FATAL
     ecc_single_bit: EccAction = EccAction.IGNORE
     watcher_failure: WatcherFailureAction = WatcherFailureAction.UNHEALTHY
+    # A GPU made unhealthy by XID/ECC events recovers once no fatal event came for this long
+    # (``kubegpu.health.recoverAfter``); None: only an explicit "healthy" recovers it.
+    recover_after_s: float | None = None
 
     def judge(self, event: GpuEvent) -> Verdict:
         """Classify ``event``; the reason names what happened in an operator's words."""

@@ -4,11 +4,15 @@ Health is kept per *physical* GPU: every device backed by a GPU (the GPU itself,
 MIG instances) reads the same entry, so one failure turns all of them Unhealthy (NVIDIA's plugin
 misses siblings, #1929) and one recovery brings all of them back without restarting the agent.
 Watchers block on ``wait_for_change``; every transition bumps ``version`` and wakes them at once, which
-is what keeps fault-to-snapshot latency far below kubelet's expectations.
+is what keeps fault-to-snapshot latency far below kubelet's expectations. A GPU that is already
+unhealthy remembers each further kind of fault (``faults``) without a transition, so that the node's
+quarantine (``kubegpu.node``) sees it on its next look; ``restore`` re-applies a quarantine an earlier
+agent run recorded, and ``recover_quiet`` is the policy's automatic recovery after a quiet period.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
@@ -26,6 +30,7 @@ log = logging.getLogger(__name__)
 
 
 _WATCH = (GpuEventKind.WATCH_FAILED, GpuEventKind.WATCH_RESTORED)
+_QUIET_RECOVERABLE = (GpuEventKind.XID, GpuEventKind.ECC_DOUBLE_BIT, GpuEventKind.ECC_SINGLE_BIT)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -34,6 +39,10 @@ class GpuStatus:
     reason: str
     since: float
     cause: GpuEventKind | None = None  # the kind of event that made the GPU unhealthy
+    xid: int | None = None  # the XID, when ``cause`` is an XID
+    # every distinct fatal fault (kind, XID) seen since the GPU became unhealthy, first one first
+    faults: tuple[tuple[GpuEventKind, int | None], ...] = ()
+    last_fault_at: float | None = None  # when the last fatal event about this GPU arrived
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -98,16 +107,36 @@ class HealthTracker:
             current = self._status[index]
             if event.kind is GpuEventKind.WATCH_RESTORED and current.cause is not GpuEventKind.WATCH_FAILED:
                 return None  # a watcher coming back only undoes what its failure did
+            now = self._clock()
             if current.healthy == healthy:
                 if not healthy and current.cause is GpuEventKind.WATCH_FAILED and event.kind not in _WATCH:
                     # a real fault while unwatched: the watcher's recovery must not clear it
                     self._status[index] = GpuStatus(
-                        healthy=False, reason=verdict.reason, since=current.since, cause=event.kind
+                        healthy=False,
+                        reason=verdict.reason,
+                        since=current.since,
+                        cause=event.kind,
+                        xid=event.xid,
+                        faults=((event.kind, event.xid),),
+                        last_fault_at=now,
                     )
+                elif not healthy:
+                    # another fatal event: the quiet period (recoverAfter) starts again; a new kind
+                    # of fault is remembered (a later XID 94 must not hide an earlier XID 79)
+                    fault = (event.kind, event.xid)
+                    faults = current.faults if fault in current.faults else (*current.faults, fault)
+                    self._status[index] = dataclasses.replace(current, faults=faults, last_fault_at=now)
                 return None
-            now = self._clock()
             cause = None if healthy else event.kind
-            self._status[index] = GpuStatus(healthy=healthy, reason=verdict.reason, since=now, cause=cause)
+            self._status[index] = GpuStatus(
+                healthy=healthy,
+                reason=verdict.reason,
+                since=now,
+                cause=cause,
+                xid=None if healthy else event.xid,
+                faults=() if healthy else ((event.kind, event.xid),),
+                last_fault_at=None if healthy else now,
+            )
             self._version += 1
             self._cond.notify_all()
         log.warning(
@@ -115,6 +144,52 @@ class HealthTracker:
             extra={"gpu": index, "healthy": healthy, "reason": verdict.reason},
         )
         return Transition(gpu=index, healthy=healthy, reason=verdict.reason, at=now)
+
+    def restore(self, gpu: int, *, cause: GpuEventKind, xid: int | None, reason: str) -> Transition | None:
+        """Mark a healthy GPU unhealthy for a fault an earlier agent run recorded (the node's
+        quarantine read back at start); a GPU already unhealthy is left as it is."""
+        with self._cond:
+            if not self._status[gpu].healthy:
+                return None
+            now = self._clock()
+            self._status[gpu] = GpuStatus(
+                healthy=False,
+                reason=reason,
+                since=now,
+                cause=cause,
+                xid=xid,
+                faults=((cause, xid),),
+                last_fault_at=now,
+            )
+            self._version += 1
+            self._cond.notify_all()
+        log.warning("GPU health restored from the node's quarantine", extra={"gpu": gpu, "reason": reason})
+        return Transition(gpu=gpu, healthy=False, reason=reason, at=now)
+
+    def recover_quiet(self) -> list[Transition]:
+        """The policy's ``recover_after_s``: GPUs made unhealthy by XID or ECC events and quiet for that
+        long are healthy again (devices and the node's quarantine recover together). A lost GPU, or one
+        whose watcher failed, waits for an explicit recovery."""
+        after = self._policy.recover_after_s
+        if after is None:
+            return []
+        out: list[Transition] = []
+        with self._cond:
+            now = self._clock()
+            for i, st in enumerate(self._status):
+                if st.healthy or st.cause not in _QUIET_RECOVERABLE or st.last_fault_at is None:
+                    continue
+                if now - st.last_fault_at < after:
+                    continue
+                reason = f"no fault for {after:g} s (recoverAfter) after: {st.reason}"
+                self._status[i] = GpuStatus(healthy=True, reason=reason, since=now)
+                out.append(Transition(gpu=i, healthy=True, reason=reason, at=now))
+            if out:
+                self._version += 1
+                self._cond.notify_all()
+        for t in out:
+            log.warning("GPU health changed", extra={"gpu": t.gpu, "healthy": True, "reason": t.reason})
+        return out
 
     def is_healthy(self, gpu: int) -> bool:
         return self._status[gpu].healthy

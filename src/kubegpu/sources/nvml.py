@@ -253,6 +253,21 @@ class NvmlSource:
 
     # -- the node -------------------------------------------------------------------------------
 
+    def versions(self) -> tuple[str, str | None]:
+        """The driver version (``550.54.15``) and the CUDA driver API version (``12.4``); "" / None
+        where NVML does not say."""
+        try:
+            driver = _text(self._nvml.nvmlSystemGetDriverVersion())
+        except (self._nvml.NVMLError, AttributeError) as exc:
+            log.info("NVML gives no driver version; no cuda.* labels", extra={"error": str(exc)})
+            return "", None
+        try:
+            cuda_int = int(self._nvml.nvmlSystemGetCudaDriverVersion_v2())
+        except (self._nvml.NVMLError, AttributeError, TypeError, ValueError) as exc:
+            log.info("NVML gives no CUDA version; no cuda.runtime* labels", extra={"error": str(exc)})
+            return driver, None
+        return driver, f"{cuda_int // 1000}.{(cuda_int % 1000) // 10}"
+
     def _mig_instances(self, handle: Any) -> tuple[bool, tuple[MigInstance, ...]]:
         nv = self._nvml
         try:

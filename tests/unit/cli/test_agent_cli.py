@@ -69,6 +69,8 @@ CLI_ONLY = {
     "--kubelet-socket",
     "--log-level",
     "--health-address",
+    "--node-name",
+    "--kubeconfig",
     "--init-retry-interval",
     "--simulated-nvidia-smi",
 }

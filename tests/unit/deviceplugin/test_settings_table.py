@@ -52,9 +52,11 @@ SAMPLES: dict[str, tuple[str, object, str, object]] = {
     "pre_start_check": ("true", True, "false", False),
     "metrics_address": (":9400", ":9400", "127.0.0.1:9401", "127.0.0.1:9401"),
     "pod_resources_socket": ("/run/a.sock", "/run/a.sock", "/run/b.sock", "/run/b.sock"),
+    "node_labels": ("false", False, "true", True),
 }
-# Settings whose value is a whole section; their sources are tested in test_config.py.
-SECTIONS = {"health"}
+# Settings whose value is a whole section; their sources are tested in test_config.py (health) and
+# tests/unit/node/test_quarantine_settings.py (quarantine).
+SECTIONS = {"health", "quarantine"}
 BY_NAME = {s.name: s for s in SETTINGS}
 
 

@@ -113,3 +113,53 @@ def test_the_watcher_recovering_undoes_only_what_its_failure_did() -> None:
     t.apply(GpuEvent(gpu=0, kind=GpuEventKind.LOST, detail="fell off the bus"))
     assert t.apply(GpuEvent(gpu=0, kind=GpuEventKind.WATCH_RESTORED)) is None
     assert not t.is_healthy(0) and "fell off the bus" in t.status(0).reason
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.t = 100.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def test_quiet_period_recovers_xid_faults_but_not_lost_gpus_and_a_new_fault_restarts_it() -> None:
+    clock = _Clock()
+    t = HealthTracker(gpu_count=2, aliases={}, policy=HealthPolicy(recover_after_s=60.0), clock=clock)
+    t.apply(GpuEvent(gpu=0, kind=GpuEventKind.XID, xid=79))
+    t.apply(GpuEvent(gpu=1, kind=GpuEventKind.LOST))
+    clock.t += 50
+    t.apply(GpuEvent(gpu=0, kind=GpuEventKind.XID, xid=79))  # the GPU keeps failing: the wait restarts
+    clock.t += 50
+    assert t.recover_quiet() == []
+    version = t.version
+    clock.t += 11
+    back = t.recover_quiet()
+    assert [b.gpu for b in back] == [0] and t.is_healthy(0)
+    assert not t.is_healthy(1), "a lost GPU waits for an explicit recovery"
+    assert t.version == version + 1
+
+
+def test_without_a_quiet_period_nothing_recovers_by_itself() -> None:
+    clock = _Clock()
+    t = HealthTracker(gpu_count=1, aliases={}, policy=HealthPolicy(), clock=clock)
+    t.apply(GpuEvent(gpu=0, kind=GpuEventKind.XID, xid=79))
+    clock.t += 10**6
+    assert t.recover_quiet() == [] and not t.is_healthy(0)
+
+
+def test_an_unhealthy_gpu_remembers_each_kind_of_fault() -> None:
+    t = HealthTracker(gpu_count=1, aliases={}, policy=HealthPolicy())
+    t.apply(GpuEvent(gpu=0, kind=GpuEventKind.XID, xid=94))
+    t.apply(GpuEvent(gpu=0, kind=GpuEventKind.XID, xid=79))
+    t.apply(GpuEvent(gpu=0, kind=GpuEventKind.XID, xid=94))
+    assert t.status(0).faults == ((GpuEventKind.XID, 94), (GpuEventKind.XID, 79))
+
+
+def test_restore_marks_a_healthy_gpu_and_leaves_an_unhealthy_one() -> None:
+    t = HealthTracker(gpu_count=2, aliases={}, policy=HealthPolicy())
+    t.apply(GpuEvent(gpu=1, kind=GpuEventKind.LOST))
+    assert t.restore(0, cause=GpuEventKind.XID, xid=79, reason="recorded") is not None
+    assert t.restore(1, cause=GpuEventKind.XID, xid=79, reason="recorded") is None
+    assert t.status(0).faults == ((GpuEventKind.XID, 79),)
+    assert t.status(1).cause is GpuEventKind.LOST

@@ -27,3 +27,13 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- define "kubegpu.image" -}}
 {{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
 {{- end -}}
+
+{{/* The agent talks to the API server (node labels or quarantine on). */}}
+{{- define "kubegpu.usesApi" -}}
+{{- if or .Values.node.labels .Values.quarantine.enabled }}true{{ end }}
+{{- end }}
+
+{{/* The Lease that counts quarantined nodes fleet-wide. */}}
+{{- define "kubegpu.quarantineLease" -}}
+{{- include "kubegpu.fullname" . }}-quarantine
+{{- end }}

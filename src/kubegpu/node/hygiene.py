@@ -1,0 +1,382 @@
+"""The agent's work on its own Node: GFD-compatible labels and the quarantine of a failed GPU.
+
+One thread (``NodeHygiene``) keeps the Node as the agent wants it, retrying with backoff while the API
+server fails, one log line per failure:
+
+* **labels** (``set_labels``): the whole kubegpu label set is server-side applied with field manager
+  ``kubegpu``, so a key it applied before and no longer wants is removed by the API server, and keys
+  of other managers (GFD, the user) are never touched; a key another manager owns with another value
+  is left to it (one warning) rather than taken over;
+* **quarantine**, on the health tracker's changes: failed GPUs (``quarantine.failed_gpus``) give the
+  node a condition (status subresource, manager ``kubegpu-quarantine``, server-side apply), a taint
+  (a merge patch of ``spec.taints`` guarded by ``resourceVersion``: taints are one atomic list shared
+  with kubelet and users) and evictions (policy/v1; a 429 from a PodDisruptionBudget is retried with
+  backoff, never turned into a delete) within the fleet's cap (``lease.QuarantineLease``). When every
+  GPU is healthy again (an explicit recovery, or the tracker's quiet-period policy) the taint and the
+  condition are removed and the node's place in the Lease is given back.
+
+``read_back`` (called by the agent before health events flow) re-applies to the tracker the faults
+that a previous run's condition records, so a restart keeps a quarantine rather than forgetting it,
+and recomputes the same condition and taint rather than adding new ones.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from kubegpu.backoff import Backoff, describe
+from kubegpu.errors import ApiServerError, KubegpuError
+from kubegpu.health.quarantine import EvictionPolicy, QuarantineSettings
+from kubegpu.health.tracker import HealthTracker
+from kubegpu.kubeapi import FIELD_MANAGER, QUARANTINE_FIELD_MANAGER, KubeApi
+from kubegpu.model.holder import DeviceHolder
+from kubegpu.node.lease import QuarantineLease
+from kubegpu.node.quarantine import (
+    CONDITION_TYPE,
+    FailedGpu,
+    condition_for,
+    eviction_targets,
+    failed_gpus,
+    recorded_faults,
+    taints_with,
+)
+
+__all__ = ["CAPPED_RETRY_S", "NodeHygiene"]
+
+log = logging.getLogger(__name__)
+
+CAPPED_RETRY_S = 30.0  # a node the fleet cap refused asks the Lease again this often
+
+
+@dataclass(kw_only=True)
+class _Eviction:
+    next_at: float = 0.0
+    backoff: Backoff = field(default_factory=lambda: Backoff(initial_s=1.0, max_s=30.0))
+    done: bool = False
+
+
+class NodeHygiene:
+    """Labels and quarantine of node ``node_name``; ``labels``/``quarantine`` None turn a part off."""
+
+    def __init__(
+        self,
+        api: KubeApi,
+        *,
+        node_name: str,
+        tracker: HealthTracker,
+        uuids: Sequence[str],
+        index_of: Mapping[str, int],
+        holders: Callable[[], list[DeviceHolder]],
+        quarantine: QuarantineSettings | None,
+        labels_enabled: bool = True,
+        clock: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._api, self._node = api, node_name
+        self._tracker, self._uuids, self._index_of = tracker, list(uuids), dict(index_of)
+        self._holders = holders
+        self._q = quarantine if quarantine is not None and quarantine.enabled else None
+        self._labels_enabled = labels_enabled
+        self._clock, self._wall = clock, wall_clock
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._labels_wanted: dict[str, str] | None = None
+        self._labels_applied: dict[str, str] | None = None
+        self._label_skip: set[str] = set()
+        self._applied: tuple[object, ...] | None = None  # the quarantine state last written
+        self._retry_at = 0.0
+        self._backoff = Backoff(initial_s=0.5, max_s=30.0)
+        self._evictions: dict[tuple[str, str], _Eviction] = {}
+        self._failed_since: float | None = None  # the tracker's time of the quarantine's first fault
+        self._lease: QuarantineLease | None = None
+        self._capped = False
+        self._capped_retry_at = 0.0
+        self._holders_error: str | None = None
+        if self._q is not None:
+            ns, _, name = self._q.lease.partition("/")
+            self._lease = QuarantineLease(
+                api,
+                namespace=ns,
+                name=name,
+                taint_key=self._q.taint_key,
+                max_share=self._q.max_share,
+                wall_clock=wall_clock,
+            )
+
+    # -- public -------------------------------------------------------------------------------------
+
+    def set_labels(self, labels: Mapping[str, str]) -> None:
+        """The label set to keep on the node (applied by the thread)."""
+        if not self._labels_enabled:
+            return
+        with self._lock:
+            self._labels_wanted = dict(labels)
+        self._tracker.wake()
+
+    def set_quarantine(self, settings: QuarantineSettings | None) -> None:
+        """New quarantine settings (a config reload); the next pass writes what follows from them."""
+        with self._lock:
+            self._q = settings if settings is not None and settings.enabled else None
+            self._applied = None
+        self._tracker.wake()
+
+    def read_back(self) -> int:
+        """Restore into the tracker the faults a previous run's condition recorded; how many."""
+        if self._q is None:
+            return 0
+        node = self._api.get_node(self._node, quick=True)  # the agent's start waits for this
+        if node is None:
+            return 0
+        by_uuid = {u.lower(): i for i, u in enumerate(self._uuids)}
+        restored = 0
+        for uuid, kind, xid, reason in recorded_faults(node):
+            index = by_uuid.get(uuid.lower())
+            if index is None:
+                log.warning("recorded quarantine names a GPU this node does not have", extra={"uuid": uuid})
+                continue
+            if self._tracker.restore(index, cause=kind, xid=xid, reason=reason) is not None:
+                restored += 1
+        if restored:
+            log.warning("quarantine of an earlier run kept", extra={"node": self._node, "gpus": restored})
+        return restored
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="node-hygiene", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._tracker.wake()
+        if self._thread is not None:
+            self._thread.join(timeout=2.0)
+
+    # -- the loop -----------------------------------------------------------------------------------
+
+    def _run(self) -> None:
+        seen = -1
+        while not self._stop.is_set():
+            now = self._clock()
+            if now >= self._retry_at:
+                try:
+                    self.sync_once()
+                except Exception as exc:  # an API failure, or a bug: this thread must not die
+                    delay = self._backoff.failed()
+                    self._retry_at = self._clock() + delay
+                    log.warning(
+                        "node update failed; retrying",
+                        extra={
+                            "node": self._node,
+                            "error": describe(exc),
+                            "retry_in_s": round(delay, 2),
+                            "failures": self._backoff.failures,
+                        },
+                    )
+                else:
+                    if self._backoff.failures:
+                        log.info("node updates work again", extra={"node": self._node})
+                    self._backoff.reset()
+            timeout = 0.5 if self._evictions_pending() or self._retry_at > now else 1.0
+            seen = self._tracker.wait_for_change(seen, timeout)
+
+    def _evictions_pending(self) -> bool:
+        return any(not e.done for e in self._evictions.values())
+
+    def sync_once(self) -> None:
+        """One pass: quiet-period recovery, quarantine and evictions, then labels. Each part is tried
+        even when the other fails (labels must never hold a quarantine back); the first API failure is
+        raised afterwards, for the loop's backoff."""
+        failure: KubegpuError | None = None
+        self._tracker.recover_quiet()
+        with self._lock:
+            q = self._q
+        if q is not None:
+            try:
+                failed = failed_gpus(self._tracker.statuses(), self._uuids, q.policy)
+                self._sync_quarantine(q, failed)
+                if failed and not self._capped:
+                    self._evict(q, failed)
+                elif not failed:
+                    self._evictions.clear()
+            except KubegpuError as exc:
+                failure = exc
+        try:
+            self._sync_labels()
+        except KubegpuError as exc:
+            failure = failure or exc
+        if failure is not None:
+            raise failure
+
+    # -- labels -------------------------------------------------------------------------------------
+
+    def _sync_labels(self) -> None:
+        with self._lock:
+            wanted = self._labels_wanted
+        if wanted is None or wanted == self._labels_applied:
+            return
+        labels = {k: v for k, v in wanted.items() if k not in self._label_skip}
+        try:
+            self._api.apply_node(self._node, {"metadata": {"labels": labels}}, field_manager=FIELD_MANAGER)
+        except ApiServerError as exc:
+            if exc.status != 409:
+                raise
+            node = self._api.get_node(self._node) or {}
+            theirs = node.get("metadata", {}).get("labels", {}) or {}
+            conflicting = {k for k, v in labels.items() if k in theirs and theirs[k] != v}
+            self._label_skip |= conflicting
+            log.warning(
+                "labels owned by another manager with other values are left to it",
+                extra={"node": self._node, "labels": sorted(conflicting)},
+            )
+            labels = {k: v for k, v in labels.items() if k not in self._label_skip}
+            self._api.apply_node(self._node, {"metadata": {"labels": labels}}, field_manager=FIELD_MANAGER)
+        first = self._labels_applied is None
+        self._labels_applied = wanted
+        log.info("node labels applied", extra={"node": self._node, "labels": len(labels), "first": first})
+
+    # -- quarantine ---------------------------------------------------------------------------------
+
+    def _sync_quarantine(self, q: QuarantineSettings, failed: list[FailedGpu]) -> None:
+        state = (tuple((f.index, f.reason) for f in failed), q.taint_key, q.taint_effect)
+        if state == self._applied and not (self._capped and self._clock() >= self._capped_retry_at):
+            return
+        t0 = self._clock()
+        assert self._lease is not None
+        capped = False
+        if failed:
+            if self._failed_since is None:  # when the first quarantining fault arrived
+                statuses = self._tracker.statuses()
+                self._failed_since = min(statuses[f.index].since for f in failed)
+            decision = self._lease.claim(self._node, failed[0].reason)
+            capped = not decision.allowed
+            if capped:
+                log.error(
+                    "quarantine withheld: the fleet's cap is reached",
+                    extra={
+                        "node": self._node,
+                        "quarantined": decision.quarantined,
+                        "gpu_nodes": decision.gpu_nodes,
+                        "max_share": q.max_share,
+                    },
+                )
+        condition = condition_for(failed)
+        taint = None
+        if failed and not capped:
+            taint = {"key": q.taint_key, "value": failed[0].reason, "effect": q.taint_effect.value}
+        self._write_taint(q.taint_key, taint)
+        self._write_condition(condition, capped=capped)
+        if not failed:
+            self._lease.release(self._node)
+            if self._applied is not None and self._applied[0]:
+                log.warning("quarantine lifted", extra={"node": self._node})
+            self._failed_since = None
+        else:
+            log.warning(
+                "node quarantined" if not capped else "node marked, not quarantined (cap)",
+                extra={
+                    "node": self._node,
+                    "gpus": [f"{f.index} {f.uuid}" for f in failed],
+                    "reason": failed[0].reason,
+                    "taint": taint,
+                    "write_s": round(self._clock() - t0, 3),
+                    "since_fault_s": None
+                    if self._failed_since is None
+                    else round(self._clock() - self._failed_since, 3),
+                },
+            )
+        self._capped = capped
+        self._capped_retry_at = self._clock() + CAPPED_RETRY_S
+        self._applied = state
+
+    def _write_taint(self, key: str, taint: dict[str, str] | None) -> None:
+        for _ in range(5):
+            node = self._api.get_node(self._node)
+            if node is None:
+                raise ApiServerError(f"node {self._node} does not exist", status=404)
+            new = taints_with(node.get("spec", {}).get("taints", []) or [], key=key, desired=taint)
+            if new is None:
+                return
+            rv = node.get("metadata", {}).get("resourceVersion")
+            try:
+                self._api.merge_patch_node(
+                    self._node,
+                    {"metadata": {"resourceVersion": rv}, "spec": {"taints": new}},
+                    field_manager=QUARANTINE_FIELD_MANAGER,
+                )
+            except ApiServerError as exc:
+                if exc.status == 409:
+                    continue  # the node changed since it was read (kubelet's status, a user's taint)
+                raise
+            return
+        raise ApiServerError(f"node {self._node}: taints still contended after 5 attempts", status=409)
+
+    def _write_condition(self, condition: dict[str, str] | None, *, capped: bool) -> None:
+        patch: dict[str, object] = {}
+        if condition is not None:
+            now = dt.datetime.fromtimestamp(self._wall(), tz=dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+            cond = dict(condition)
+            if capped:
+                cond["message"] = ("quarantine withheld (fleet cap reached): " + cond["message"])[:1024]
+            cond |= {"lastHeartbeatTime": now, "lastTransitionTime": now}
+            patch = {"status": {"conditions": [cond]}}
+        # Without a condition the apply owns nothing: the API server removes the one applied before.
+        self._api.apply_node(
+            self._node, patch, field_manager=QUARANTINE_FIELD_MANAGER, status=True, force=True
+        )
+
+    def _evict(self, q: QuarantineSettings, failed: list[FailedGpu]) -> None:
+        if q.eviction is EvictionPolicy.NONE:
+            return
+        try:
+            holders = self._holders()
+        except KubegpuError as exc:
+            if str(exc) != self._holders_error:  # once per distinct cause, not every pass
+                log.warning("cannot read who holds the failed GPUs; retrying", extra={"error": describe(exc)})
+            self._holders_error = str(exc)
+            return
+        self._holders_error = None
+        targets = eviction_targets(holders, [f.index for f in failed], self._index_of, q.eviction)
+        for key in list(self._evictions):
+            if key not in targets:
+                del self._evictions[key]  # gone from kubelet's list: evicted and stopped
+        now = self._clock()
+        for ns, pod in targets:
+            ev = self._evictions.setdefault((ns, pod), _Eviction())
+            if ev.done or now < ev.next_at:
+                continue
+            obj = self._api.get_pod(ns, pod)
+            if (
+                obj is None
+                or obj.get("metadata", {}).get("deletionTimestamp")
+                or (obj.get("spec", {}).get("nodeName") not in (None, self._node))
+            ):
+                ev.done = True
+                continue
+            try:
+                self._api.evict(ns, pod)
+            except ApiServerError as exc:
+                delay = ev.backoff.failed()
+                ev.next_at = now + delay
+                what = (
+                    "eviction refused (PodDisruptionBudget); retrying"
+                    if exc.status == 429
+                    else ("eviction failed; retrying")
+                )
+                log.warning(what, extra={"pod": f"{ns}/{pod}", "error": str(exc)[:300], "retry_in_s": delay})
+                continue
+            ev.done = True
+            since = None if self._failed_since is None else round(now - self._failed_since, 3)
+            log.warning(
+                "pod evicted",
+                extra={
+                    "pod": f"{ns}/{pod}",
+                    "node": self._node,
+                    "condition": CONDITION_TYPE,
+                    "since_fault_s": since,
+                },
+            )

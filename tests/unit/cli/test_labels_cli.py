@@ -1,0 +1,43 @@
+"""``kubegpu labels`` as a user runs it: the agent's label set, without a cluster; clean errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from tests.unit.cli.conftest import Runner
+
+
+def test_labels_json_is_the_seed_machines_gfd_set(cli: Runner) -> None:
+    res = cli("labels", "builtin:seed-8gpu", "--json")
+    assert res.code == 0, res.err
+    labels = json.loads(res.out)
+    assert labels["nvidia.com/gpu.product"] == "NVIDIA-H100-80GB-HBM3"
+    assert labels["nvidia.com/gpu.count"] == "8"
+    assert labels["kubegpu.io/nvlink-domains"] == "2"
+    assert "nvidia.com/gfd.timestamp" not in labels  # only a running agent has a start time
+
+
+def test_labels_follow_the_config_file(cli: Runner, tmp_path: Path) -> None:
+    cfg = tmp_path / "ts.yaml"
+    cfg.write_text(
+        "version: v1\nsharing:\n  timeSlicing:\n    resources:\n      - {name: gpu, replicas: 4}\n"
+    )
+    res = cli("labels", "builtin:seed-8gpu", "--config", str(cfg), "--json")
+    assert res.code == 0, res.err
+    labels = json.loads(res.out)
+    assert (labels["nvidia.com/gpu.replicas"], labels["nvidia.com/gpu.sharing-strategy"]) == (
+        "4",
+        "time-slicing",
+    )
+
+
+def test_labels_table_and_errors(cli: Runner, tmp_path: Path) -> None:
+    res = cli("labels", "builtin:seed-8gpu")
+    assert res.code == 0 and "nvidia.com/gpu.memory" in res.out and "81920" in res.out
+    bad = cli("labels", "builtin:nope")
+    assert bad.code == 2 and bad.err.startswith("kubegpu: error:") and "Traceback" not in bad.err
+    cfg = tmp_path / "bad.yaml"
+    cfg.write_text("version: v1\nkubegpu:\n  quarantine: {eviction: everything}\n")
+    worse = cli("labels", "builtin:seed-8gpu", "--config", str(cfg))
+    assert worse.code == 2 and "kubegpu.quarantine.eviction" in worse.err
