@@ -8,8 +8,8 @@ pod does not fit) and the GPU a shared pod would take. Higher scores win.
 The baselines follow the FGD paper's simulator plugins exactly, integer truncations included
 (they decide ties, and ties decide results): ``fgd`` (fragmentation gradient descent),
 ``bestfit``, ``dotprod`` (Tetris), ``packing``, ``clustering`` and ``random``. ``kubegpu`` is
-kubegpu's own score, documented at ``score_kubegpu``: FGD's gradient, plus a charge for CPU that
-strands GPUs, plus a fixed per-node order inside the score so that random tie-breaking keeps it.
+kubegpu's own score, documented at ``score_kubegpu``: FGD's gradient plus a charge for CPU that
+strands GPUs. Node order and tie-breaking are not part of any score (``kubegpu.sim.policy``).
 """
 
 from __future__ import annotations
@@ -76,8 +76,6 @@ class NodeArrays:
     ``model_index`` indexes the model table the ``PodRequest.model_ok`` masks refer to.
     ``class_counts`` counts placed GPU pods per class (column 0 shared, k for k-GPU pods).
     ``frag_milli`` is each node's current fragmentation (``fragmentation``) for FGD-style scores.
-    ``tiebreak`` is a stable per-node number in [0, 1) (kubegpu derives it from the node name), used
-    by the ``kubegpu`` score as its last key so that the score itself, not the scheduler, orders ties.
     """
 
     cpu_left_milli: IntArray
@@ -87,7 +85,6 @@ class NodeArrays:
     model_index: IntArray
     class_counts: IntArray
     frag_milli: FloatArray
-    tiebreak: FloatArray
 
     def take(self, rows: IntArray) -> NodeArrays:
         return NodeArrays(
@@ -98,7 +95,6 @@ class NodeArrays:
             model_index=self.model_index[rows],
             class_counts=self.class_counts[rows],
             frag_milli=self.frag_milli[rows],
-            tiebreak=self.tiebreak[rows],
         )
 
 
@@ -145,7 +141,10 @@ class TypicalShapes:
 
 
 def name_tiebreak(names: Sequence[str]) -> FloatArray:
-    """A stable number in [0, 1) per node name (CRC-32): the same on every run, host and scheduler replica."""
+    """A stable number in [0, 1) per node name (CRC-32 / 2^32): the same on every run, host and replica.
+
+    The key of the fixed node order ``Order.CRC`` (``kubegpu.sim.policy``), not part of any score.
+    """
     out: FloatArray = np.array([zlib.crc32(name.encode()) / 2**32 for name in names], dtype=np.float64)
     return out
 
@@ -425,17 +424,15 @@ def cpu_stranded_gpus(
 
 
 def score_kubegpu(nodes: NodeArrays, pod: PodRequest, shapes: TypicalShapes) -> Scores:
-    """kubegpu: FGD's fragmentation gradient plus CPU stranding, with its own tie order.
+    """kubegpu: FGD's fragmentation gradient plus CPU stranding.
 
     * gain = FGD's fragmentation decrease minus ``KUBEGPU_STRANDING_WEIGHT`` x 1000 x the increase of
       ``cpu_stranded_gpus``: FGD only notices CPU when a typical shape stops fitting, so CPU-only and
       CPU-heavy pods wear down the CPU of GPU-dense nodes until their last GPUs are stranded; this
       term charges that wear as it happens and steers such pods to CPU-rich nodes.
     * score = floor(100 * sigmoid(gain / 1000)) (FGD's integer buckets, whose coarseness is useful:
-      it lets the last key consolidate pods) + 0.9 x ``tiebreak``, a fixed per-node number from the
-      node's name. That last key is the fixed node order that the FGD artifact gets from its
-      scheduler's name-ordered tie-breaking, made part of the score, so kube-scheduler's random
-      tie-breaking cannot undo it.
+      it leaves ties for a fixed node order to consolidate pods; the ``kubegpu`` policy's default
+      order is ``Order.CRC``, see ``kubegpu.sim.policy``).
     """
     ok = feasible(nodes, pod)
     delta, gpu = _fgd_after(nodes, pod, ok, shapes)
@@ -443,7 +440,7 @@ def score_kubegpu(nodes: NodeArrays, pod: PodRequest, shapes: TypicalShapes) -> 
     before = cpu_stranded_gpus(idle, nodes.cpu_left_milli)
     after = cpu_stranded_gpus(idle - pod.gpu_milli * pod.num_gpu, nodes.cpu_left_milli - pod.cpu_milli)
     gain = delta - KUBEGPU_STRANDING_WEIGHT * MILLI * (after - before)
-    return _finish(ok, np.floor(_sigmoid100(gain)) + 0.9 * nodes.tiebreak, gpu)
+    return _finish(ok, np.floor(_sigmoid100(gain)), gpu)
 
 
 SCORERS: dict[Policy, Callable[[NodeArrays, PodRequest, TypicalShapes], Scores]] = {
