@@ -289,13 +289,17 @@ def register(app: typer.Typer) -> None:
 
 
 def _run_with_progress(workload: Any, request: Any, *, quiet: bool) -> Any:
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    import sys
 
     from kubegpu.sim.run import run_all
 
+    if quiet or not sys.stderr.isatty():  # no bar to draw: do not pay for importing rich
+        return run_all(workload, request)
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
     console = Console(stderr=True)
-    show = console.is_terminal and not quiet
+    show = console.is_terminal
     total = len(request.policies) * len(request.seeds)
     with Progress(
         TextColumn("[bold]sim[/] {task.description}"),

@@ -21,17 +21,16 @@ uniformly random one). Each policy has a default order (``kubegpu``: ``crc``; th
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 from functools import cache, lru_cache
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
-from kubegpu.allocate import choose_scored
 from kubegpu.errors import InputError
-from kubegpu.model.topology import Topology
 from kubegpu.sim.scoring import (
     MILLI,
     N_CLASSES,
@@ -53,7 +52,9 @@ from kubegpu.sim.scoring import (
     score_packing,
     score_random,
 )
-from kubegpu.sources.spec import load_node
+
+if TYPE_CHECKING:
+    from kubegpu.model.topology import Topology
 
 __all__ = [
     "POLICIES",
@@ -117,6 +118,9 @@ def node_topology(gpus: int) -> Topology:
     8-GPU nodes are the seed's machine (``builtin:seed-8gpu``: NVLink groups 0-3 and 4-7, cost 1
     inside a group and 4 across); other nodes are one NVLink group (cost 1 between any two GPUs).
     """
+    from kubegpu.model.topology import Topology  # imported when a multi-GPU pod first needs it
+    from kubegpu.sources.spec import load_node
+
     if gpus == 8:
         topology = load_node(SEED_8GPU).topology
         if topology is not None:
@@ -127,6 +131,8 @@ def node_topology(gpus: int) -> Topology:
 @lru_cache(maxsize=65536)
 def allocator_choice(gpus: int, free_mask: int, count: int) -> tuple[tuple[int, ...], float]:
     """The exact allocator's ``count`` GPUs among the free ones (bit mask) and their link cost."""
+    from kubegpu.allocate import choose_scored
+
     available = [g for g in range(gpus) if free_mask >> g & 1]
     choice = choose_scored(node_topology(gpus), available, count)
     return choice.devices, choice.cost
@@ -158,6 +164,10 @@ class ClusterState:
     nodes: NodeArrays
     typical: TypicalShapes
     frag_total: float
+    # fragmentation of a node depends only on (model, which typical CPU requests fit, sorted free
+    # milli): node states recur, so it is computed once per distinct key
+    _frag_memo: dict[tuple[int, int, tuple[int, ...]], float] = field(default_factory=dict, repr=False)
+    _cpu_steps: tuple[int, ...] = field(default=(), repr=False)
 
     @classmethod
     def build(
@@ -196,14 +206,25 @@ class ClusterState:
 
     def _refrag(self, node: int) -> None:
         n = self.nodes
-        new = float(
-            fragmentation(
-                n.gpu_free_milli[node : node + 1],
-                n.cpu_left_milli[node : node + 1],
-                n.model_index[node : node + 1],
-                self.typical,
-            )[0]
+        if not self._cpu_steps:
+            self._cpu_steps = (*sorted({int(c) for c in self.typical.cpu_milli}), 1 << 62)
+        row = n.gpu_free_milli[node]
+        key = (
+            int(n.model_index[node]),
+            bisect_right(self._cpu_steps, int(n.cpu_left_milli[node])),
+            tuple(sorted(row.tolist())),
         )
+        new = self._frag_memo.get(key)
+        if new is None:
+            new = float(
+                fragmentation(
+                    n.gpu_free_milli[node : node + 1],
+                    n.cpu_left_milli[node : node + 1],
+                    n.model_index[node : node + 1],
+                    self.typical,
+                )[0]
+            )
+            self._frag_memo[key] = new
         self.frag_total += new - n.frag_milli[node]
         n.frag_milli[node] = new
 

@@ -24,13 +24,23 @@ from kubegpu.sim.policy import (
     ClusterState,
     Order,
     Placement,
+    PlacementPolicy,
     Selector,
     TieMode,
     best_group_cost,
     get_policy,
     node_topology,
 )
-from kubegpu.sim.scoring import MILLI, BoolArray, FloatArray, IntArray, Policy
+from kubegpu.sim.scoring import (
+    MILLI,
+    BoolArray,
+    FloatArray,
+    IntArray,
+    NodeArrays,
+    PodRequest,
+    Policy,
+    TypicalShapes,
+)
 from kubegpu.sim.workload import STREAM_RANDOM, STREAM_TIES, Workload, arrivals, node_order, seed_stream
 
 __all__ = ["Order", "SeedRun", "TieMode", "best_group_cost", "initial_state", "node_topology", "replay"]
@@ -65,6 +75,70 @@ class _Cache:
         self.score = np.full(n, -np.inf)
         self.gpu = np.full(n, -1, dtype=np.int64)
         self.stamp = -1
+
+
+def _score_groups(shapes: tuple[PodRequest, ...]) -> tuple[list[int], list[PodRequest]]:
+    """Shapes that differ only in memory score alike (memory only decides feasibility), so they share
+    one score cache, scored with memory 0; the engine applies each pod's memory request itself."""
+    index: dict[tuple[int, int, int, bytes], int] = {}
+    group_of: list[int] = []
+    group_pod: list[PodRequest] = []
+    for pod in shapes:
+        key = (pod.cpu_milli, pod.num_gpu, pod.gpu_milli, pod.model_ok.tobytes())
+        if key not in index:
+            index[key] = len(group_pod)
+            group_pod.append(
+                PodRequest(
+                    cpu_milli=pod.cpu_milli,
+                    memory_mib=0,
+                    num_gpu=pod.num_gpu,
+                    gpu_milli=pod.gpu_milli,
+                    model_ok=pod.model_ok,
+                )
+            )
+        group_of.append(index[key])
+    return group_of, group_pod
+
+
+DEDUPE_ROWS = 128  # above this many rows to rescore, identical node states are scored once
+
+
+def _rescore(
+    placer: PlacementPolicy,
+    nodes: NodeArrays,
+    *,
+    dirty: IntArray,
+    pod: PodRequest,
+    typical: TypicalShapes,
+    cache: _Cache,
+) -> None:
+    """Rescore ``dirty`` rows into ``cache``; scores are row-wise, so equal rows are scored once."""
+    sub = nodes.take(dirty)
+    if dirty.size >= DEDUPE_ROWS:
+        key = np.column_stack(
+            (
+                sub.cpu_left_milli,
+                sub.memory_left_mib,
+                sub.gpu_count,
+                sub.model_index,
+                sub.frag_milli.view(np.int64),
+                sub.gpu_free_milli,
+                sub.class_counts,
+            )
+        )
+        # group rows by a 64-bit hash of their values, then check every row against its group's first
+        # row, so a hash collision can only cost speed, never give a row another row's score
+        weights = np.random.default_rng(0).integers(1, 2**62, size=key.shape[1], dtype=np.int64)
+        _, first, inverse = np.unique(key @ weights, return_index=True, return_inverse=True)
+        inverse = inverse.reshape(-1)
+        if first.size < dirty.size // 2 and (key[first][inverse] == key).all():
+            result = placer.score(sub.take(first), pod, typical)
+            cache.score[dirty] = result.score[inverse]
+            cache.gpu[dirty] = result.gpu[inverse]
+            return
+    result = placer.score(sub, pod, typical)
+    cache.score[dirty] = result.score
+    cache.gpu[dirty] = result.gpu
 
 
 def initial_state(workload: Workload, rows: IntArray) -> ClusterState:
@@ -110,6 +184,7 @@ def replay(
     changed = np.zeros(n, dtype=np.int64)
     caches: dict[int, _Cache] = {}
     shapes = workload.shape_requests
+    group_of, group_pod = _score_groups(shapes)
     shape_of = workload.pod_shape[seq]
     total_of = workload.shape_total_milli()
 
@@ -128,16 +203,18 @@ def replay(
     for step in range(count):
         sid = int(shape_of[step])
         pod = shapes[sid]
-        cache = caches.get(sid)
+        gid = group_of[sid]
+        cache = caches.get(gid)
         if cache is None:
-            cache = caches[sid] = _Cache(n)
+            cache = caches[gid] = _Cache(n)
         dirty = np.flatnonzero(changed > cache.stamp) if cache.stamp >= 0 else np.arange(n)
         if dirty.size:
-            result = placer.score(nodes.take(dirty), pod, typical)
-            cache.score[dirty] = result.score
-            cache.gpu[dirty] = result.gpu
+            _rescore(placer, nodes, dirty=dirty, pod=group_pod[gid], typical=typical, cache=cache)
         cache.stamp = step
-        node = placer.select(cache.score, selector)
+        scores = cache.score
+        if pod.memory_mib:
+            scores = np.where(nodes.memory_left_mib >= pod.memory_mib, scores, -np.inf)
+        node = placer.select(scores, selector)
         if node >= 0:
             gpus = placer.gpus(state, node, pod, int(cache.gpu[node]), selector.policy_rng)
             k = pod.num_gpu

@@ -134,6 +134,8 @@ class TypicalShapes:
     num_gpu: IntArray
     model_ok: BoolArray  # shapes x models
     popularity: FloatArray
+    weight: IntArray  # pods of each shape in the trace (popularity = weight / weight_total)
+    weight_total: int
     unique_milli: IntArray
     milli_slot: IntArray  # index of each shape's gpu_milli in unique_milli
     count: int  # number of shapes including CPU-only ones
@@ -194,6 +196,7 @@ def typical_shapes(
         else np.zeros((0, n_models), dtype=bool)
     )
     pop = np.array([counts[i] / cum for i in gpu], dtype=np.float64)
+    weight = np.array([int(counts[i]) for i in gpu], dtype=np.int64)
     unique = np.unique(milli)
     slot = np.searchsorted(unique, milli).astype(np.int64)
     return TypicalShapes(
@@ -202,6 +205,8 @@ def typical_shapes(
         num_gpu=num,
         model_ok=ok,
         popularity=pop,
+        weight=weight,
+        weight_total=int(cum),
         unique_milli=unique.astype(np.int64),
         milli_slot=slot,
         count=len(chosen),
@@ -220,17 +225,23 @@ def fragmentation(
     For each typical shape m: all idle GPU counts if m is CPU-only, its model is not allowed, or it
     does not fit (too few GPUs with enough room, or too little CPU); otherwise only the GPUs with less
     room than m's per-GPU milli count. Weighted by popularity. Memory is ignored (as in the paper).
+
+    Computed in integers (pod counts instead of popularities) and divided once at the end, so a
+    row's value does not depend on which other rows are computed with it (a scheduler scoring all
+    nodes at once and the replay rescoring a few get the same bits, and equal states tie exactly).
     """
-    idle: FloatArray = gpu_free_milli.sum(axis=1).astype(np.float64)
+    idle = gpu_free_milli.sum(axis=1)
     if shapes.popularity.size == 0:
-        return idle
+        out: FloatArray = idle.astype(np.float64)
+        return out
     free = gpu_free_milli[:, None, :]
     ge = free >= shapes.unique_milli[None, :, None]
     room = (free * ge).sum(axis=2)[:, shapes.milli_slot]
     fits = ge.sum(axis=2)[:, shapes.milli_slot] >= shapes.num_gpu
     fits &= cpu_left_milli[:, None] >= shapes.cpu_milli
     fits &= shapes.model_ok[:, model_index].T
-    result: FloatArray = idle - (fits * room) @ shapes.popularity
+    kept = (fits * room) @ shapes.weight
+    result: FloatArray = (idle * shapes.weight_total - kept) / shapes.weight_total
     return result
 
 
@@ -395,8 +406,8 @@ def _fgd_after(
 
 
 def _sigmoid100(delta: FloatArray) -> FloatArray:
-    with np.errstate(over="ignore"):
-        out: FloatArray = (1.0 / (1.0 + np.exp(-delta / 1000.0))) * 100.0
+    # deltas are bounded by a node's idle GPU milli (or -inf: no overflow warning for infinities)
+    out: FloatArray = (1.0 / (1.0 + np.exp(-delta / 1000.0))) * 100.0
     return out
 
 
