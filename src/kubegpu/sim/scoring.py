@@ -386,6 +386,27 @@ def _fgd_after(
         frag = fragmentation(after, cpu_after[idx], nodes.model_index[idx], shapes)
         delta[idx] = before[idx] - frag
         return delta, gpu
+    table, table_int = _shared_tables(nodes, pod, idx, cpu_after, shapes)
+    best = table_int.argmax(axis=1)
+    delta[idx] = table[np.arange(len(idx)), best]
+    gpu[idx] = best
+    return delta, gpu
+
+
+def shared_gpu_scores(nodes: NodeArrays, row: int, pod: PodRequest, shapes: TypicalShapes) -> FloatArray:
+    """FGD's integer score of each GPU of node ``row`` for a shared pod (-1: no room, or a GPU with
+    the same free milli as an earlier one), the table the node's score takes its best GPU from."""
+    idx = np.array([row], dtype=np.int64)
+    _, table_int = _shared_tables(nodes, pod, idx, nodes.cpu_left_milli - pod.cpu_milli, shapes)
+    out: FloatArray = table_int[0]
+    return out
+
+
+def _shared_tables(
+    nodes: NodeArrays, pod: PodRequest, idx: IntArray, cpu_after: IntArray, shapes: TypicalShapes
+) -> tuple[FloatArray, FloatArray]:
+    free = nodes.gpu_free_milli
+    before = nodes.frag_milli
     sub = free[idx]
     width = sub.shape[1]
     earlier_same = (sub[:, :, None] == sub[:, None, :]) & np.tri(width, width, -1, dtype=bool)[None, :, :]
@@ -399,10 +420,7 @@ def _fgd_after(
     table[rr, gg] = before[node_rows] - frag
     # the artifact compares integer scores per GPU, so equal integer scores go to the first GPU
     table_int = np.where(cand, np.floor(_sigmoid100(table)), -1.0)
-    best = table_int.argmax(axis=1)
-    delta[idx] = table[np.arange(len(idx)), best]
-    gpu[idx] = best
-    return delta, gpu
+    return table, table_int
 
 
 def _sigmoid100(delta: FloatArray) -> FloatArray:

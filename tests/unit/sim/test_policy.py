@@ -202,3 +202,16 @@ def test_kubegpu_defaults_to_the_crc_order_and_the_others_to_none() -> None:
 def test_an_unknown_policy_name_is_one_clear_error() -> None:
     with pytest.raises(InputError, match="unknown placement policy 'tetris'; choose from random, "):
         get_policy("tetris")
+
+
+def test_policy_module_imports_no_cli_or_io_libraries_so_an_extender_can_import_it() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, kubegpu.sim.policy\n"
+        "print(' '.join(sorted(m for m in sys.modules if m.split('.')[0] in "
+        "{'typer', 'rich', 'matplotlib', 'grpc', 'kubernetes', 'yaml', 'pydantic'})))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)
+    assert out.stdout.split() == []
