@@ -247,7 +247,7 @@ def multigpu(order: dict[Policy, PolicySummary], rand: dict[Policy, PolicySummar
         )
 
 
-def variants(data: Path, seeds: tuple[int, ...], workers: int) -> int:
+def variants(data: Path, seeds: tuple[int, ...], workers: int, *, sharing_only: bool = False) -> int:
     started = time.perf_counter()
     nodes_path, pods_path = data / NODES, data / PODS
     nodes, pods = load_nodes(nodes_path), load_pods(pods_path)
@@ -255,6 +255,8 @@ def variants(data: Path, seeds: tuple[int, ...], workers: int) -> int:
     worse = 0
     with tempfile.TemporaryDirectory() as tmp:
         for name, knobs in VARIANTS.items():
+            if sharing_only and knobs.shared is None:
+                continue
             path = Path(tmp) / "pods.csv"
             made = make_variant(pods, nodes, knobs)
             write_pods(path, made)
@@ -302,6 +304,7 @@ def main() -> int:
     ap.add_argument("--held-out", default="100-109", help="extra seeds for the ordering table ('' = none)")
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--only", default=",".join(SECTIONS))
+    ap.add_argument("--sharing-only", action="store_true", help="variants: only the sharing-heavy ones")
     args = ap.parse_args()
     nodes, pods = args.data / NODES, args.data / PODS
     if not nodes.is_file() or not pods.is_file():
@@ -325,7 +328,7 @@ def main() -> int:
             multigpu(*base)
     if "ordering" in only:
         ordering(workload, seeds, held_out, args.workers, base)
-    if "variants" in only and variants(args.data, seeds, args.workers):
+    if "variants" in only and variants(args.data, seeds, args.workers, sharing_only=args.sharing_only):
         status = 1
     if "speed" in only:
         here = Path(__file__).resolve().parent

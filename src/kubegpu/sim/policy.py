@@ -51,7 +51,6 @@ from kubegpu.sim.scoring import (
     score_kubegpu,
     score_packing,
     score_random,
-    shared_gpu_scores,
 )
 
 if TYPE_CHECKING:
@@ -60,7 +59,6 @@ if TYPE_CHECKING:
 __all__ = [
     "POLICIES",
     "ClusterState",
-    "GpuRule",
     "Order",
     "Placement",
     "PlacementPolicy",
@@ -78,13 +76,6 @@ class TieMode(StrEnum):
 
     NODE_ORDER = "node-order"  # the first row of the state (the seed's node order in the replay)
     RANDOM = "random"  # uniformly at random, as kube-scheduler does
-
-
-class GpuRule(StrEnum):
-    """Which GPU a shared pod takes among the node's GPUs with the best integer FGD score."""
-
-    FIRST = "first"  # the lowest index (the artifact's)
-    SUM_OF_SQUARES = "sos"  # the one that keeps the cluster's partly-used GPU levels most even
 
 
 class Order(StrEnum):
@@ -295,7 +286,6 @@ class ScoredPolicy:
     scorer: Scorer
     default_order: Order = Order.NONE
     allocator_for_fresh_gpus: bool = False
-    shared_gpu_rule: GpuRule = GpuRule.FIRST
 
     def score(self, nodes: NodeArrays, pod: PodRequest, shapes: TypicalShapes) -> Scores:
         return self.scorer(nodes, pod, shapes)
@@ -327,8 +317,6 @@ class ScoredPolicy:
         row = state.nodes.gpu_free_milli[node]
         count = int(state.nodes.gpu_count[node])
         if pod.shared:
-            if self.shared_gpu_rule is GpuRule.SUM_OF_SQUARES:
-                hint = _sum_of_squares_gpu(state, node, pod)
             if self.allocator_for_fresh_gpus and row[hint] == MILLI:
                 return allocator_choice(count, bit_mask(row == MILLI), 1)[0][:1]
             return (hint,)
@@ -344,32 +332,6 @@ class ScoredPolicy:
             return None
         gpus = self.gpus(state, node, pod, int(scores.gpu[node]), selector.policy_rng)
         return Placement(node=node, gpus=gpus, milli=pod.gpu_milli)
-
-
-def _sum_of_squares_gpu(state: ClusterState, node: int, pod: PodRequest) -> int:
-    """Among the GPUs tied at the best integer FGD score, the one whose fill changes the cluster's
-    sum of squared counts of partly-used GPUs per free level the least (Sum-of-Squares bin packing,
-    Csirik et al., J. ACM 2006): levels that are already common are used up, rare ones not created."""
-    table = shared_gpu_scores(state.nodes, node, pod, state.typical)
-    tied = np.flatnonzero(table == table.max())
-    if tied.size == 1:
-        return int(tied[0])
-    free = state.nodes.gpu_free_milli
-    partial = free[(free > 0) & (free < MILLI)]
-    counts = np.bincount(partial, minlength=MILLI + 1)
-    row = free[node]
-    best, best_cost = int(tied[0]), None
-    for g in tied:
-        level = int(row[g])
-        after = level - pod.gpu_milli
-        cost = 0
-        if 0 < level < MILLI:
-            cost += 1 - 2 * int(counts[level])
-        if 0 < after < MILLI:
-            cost += 1 + 2 * int(counts[after])
-        if best_cost is None or cost < best_cost:
-            best, best_cost = int(g), cost
-    return best
 
 
 @dataclass(frozen=True, kw_only=True)

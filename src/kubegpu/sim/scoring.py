@@ -393,15 +393,6 @@ def _fgd_after(
     return delta, gpu
 
 
-def shared_gpu_scores(nodes: NodeArrays, row: int, pod: PodRequest, shapes: TypicalShapes) -> FloatArray:
-    """FGD's integer score of each GPU of node ``row`` for a shared pod (-1: no room, or a GPU with
-    the same free milli as an earlier one), the table the node's score takes its best GPU from."""
-    idx = np.array([row], dtype=np.int64)
-    _, table_int = _shared_tables(nodes, pod, idx, nodes.cpu_left_milli - pod.cpu_milli, shapes)
-    out: FloatArray = table_int[0]
-    return out
-
-
 def _shared_tables(
     nodes: NodeArrays, pod: PodRequest, idx: IntArray, cpu_after: IntArray, shapes: TypicalShapes
 ) -> tuple[FloatArray, FloatArray]:
