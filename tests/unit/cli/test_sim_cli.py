@@ -72,11 +72,8 @@ def test_json_has_one_entry_per_policy_with_curve_and_headline_numbers(tmp_path:
 
 def test_order_flag_applies_the_crc_order_to_any_policy(tmp_path: Path) -> None:
     nodes, pods = trace_files(tmp_path)
-    result = CliRunner().invoke(
-        app,
-        ["sim", "--nodes", str(nodes), "--pods", str(pods), "--policy", "fgd,kubegpu", "--seeds", "1"]
-        + ["--order", "none", "--json"],
-    )
+    args = ["sim", "--nodes", str(nodes), "--pods", str(pods), "--policy", "fgd,kubegpu", "--seeds", "1"]
+    result = CliRunner().invoke(app, [*args, "--order", "none", "--json"])
     assert result.exit_code == 0, result.output
     doc = json.loads(result.stdout)
     assert doc["order"] == "none"
