@@ -42,7 +42,7 @@ VARIANTS = {
     "shared 40 % of GPU pods": VariantKnobs(shared=0.40, seed=0),
     "shared 60 % of GPU pods": VariantKnobs(shared=0.60, seed=0),
     "shared 80 % of GPU pods": VariantKnobs(shared=0.80, seed=0),
-    "shared 100 % of GPU pods": VariantKnobs(shared=1.00, seed=0),
+    "shared 100 % of GPU pods": VariantKnobs(shared=1.00, multi_gpu=0.0, seed=0),
     "cpu-only 30 %": VariantKnobs(cpu_only=0.30, seed=1),
     "multi-GPU 20 % of GPU pods": VariantKnobs(multi_gpu=0.20, seed=3),
     "model-pinned 33 % of GPU pods": VariantKnobs(gpu_spec=0.33, seed=4),
@@ -247,12 +247,19 @@ def multigpu(order: dict[Policy, PolicySummary], rand: dict[Policy, PolicySummar
         )
 
 
-def variants(data: Path, seeds: tuple[int, ...], workers: int, *, sharing_only: bool = False) -> int:
-    started = time.perf_counter()
+def variants(
+    data: Path, seeds: tuple[int, ...], workers: int, *, sharing_only: bool = False, ties: tuple[TieMode, ...]
+) -> int:
+    """Print the variants table row by row (each row is minutes of replays); 1 if kubegpu < fgd."""
     nodes_path, pods_path = data / NODES, data / PODS
     nodes, pods = load_nodes(nodes_path), load_pods(pods_path)
-    rows = []
     worse = 0
+    print(f"## Workload variants (seeds {seeds[0]}-{seeds[-1]})\n")
+    header = ["variant", "cpu-only / shared / multi / pinned"]
+    for tie in ties:
+        header += [f"fgd {tie.value}", f"kubegpu {tie.value}", f"kubegpu - fgd ({tie.value})"]
+    print("| " + " | ".join(header) + " |")
+    print("|---" * len(header) + "|", flush=True)
     with tempfile.TemporaryDirectory() as tmp:
         for name, knobs in VARIANTS.items():
             if sharing_only and knobs.shared is None:
@@ -262,38 +269,18 @@ def variants(data: Path, seeds: tuple[int, ...], workers: int, *, sharing_only: 
             write_pods(path, made)
             workload = prepare(load_trace(nodes_path, path))
             mix = pod_mix(made)
-            got = {tie: _runs(workload, (Policy.FGD, Policy.KUBEGPU), seeds, tie, workers) for tie in TieMode}
-            fgd, kg = got[TieMode.NODE_ORDER][Policy.FGD], got[TieMode.NODE_ORDER][Policy.KUBEGPU]
-            if _mean(kg) < _mean(fgd) or _mean(got[TieMode.RANDOM][Policy.KUBEGPU]) < _mean(fgd):
-                worse += 1
             shares = " / ".join(
                 f"{mix[k] * 100:.0f}%" for k in ("cpu_only", "shared", "multi_gpu", "gpu_spec")
             )
-            rows.append(
-                [
-                    name,
-                    shares,
-                    _cell(fgd),
-                    _cell(got[TieMode.RANDOM][Policy.FGD]),
-                    _cell(kg),
-                    _cell(got[TieMode.RANDOM][Policy.KUBEGPU]),
-                    f"{_mean(kg) - _mean(fgd):+.2f}",
-                ]
-            )
-            print(f"# {name}: done", file=sys.stderr, flush=True)
-    print(f"## Workload variants (seeds {seeds[0]}-{seeds[-1]}, {time.perf_counter() - started:.0f} s)\n")
-    _table(
-        [
-            "variant",
-            "cpu-only / shared / multi / pinned",
-            "fgd node-order",
-            "fgd random",
-            "kubegpu node-order",
-            "kubegpu random",
-            "kubegpu - fgd (node-order)",
-        ],
-        rows,
-    )
+            row = [name, shares]
+            for tie in ties:
+                got = _runs(workload, (Policy.FGD, Policy.KUBEGPU), seeds, tie, workers)
+                fgd, kg = got[Policy.FGD], got[Policy.KUBEGPU]
+                if _mean(kg) < _mean(fgd):
+                    worse += 1
+                row += [_cell(fgd), _cell(kg), f"{_mean(kg) - _mean(fgd):+.2f}"]
+            print("| " + " | ".join(row) + " |", flush=True)
+    print()
     return worse
 
 
@@ -305,6 +292,9 @@ def main() -> int:
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--only", default=",".join(SECTIONS))
     ap.add_argument("--sharing-only", action="store_true", help="variants: only the sharing-heavy ones")
+    ap.add_argument(
+        "--variant-ties", default="node-order,random", help="variants: tie modes, comma-separated"
+    )
     args = ap.parse_args()
     nodes, pods = args.data / NODES, args.data / PODS
     if not nodes.is_file() or not pods.is_file():
@@ -328,7 +318,13 @@ def main() -> int:
             multigpu(*base)
     if "ordering" in only:
         ordering(workload, seeds, held_out, args.workers, base)
-    if "variants" in only and variants(args.data, seeds, args.workers, sharing_only=args.sharing_only):
+    if "variants" in only and variants(
+        args.data,
+        seeds,
+        args.workers,
+        sharing_only=args.sharing_only,
+        ties=tuple(TieMode(t.strip()) for t in args.variant_ties.split(",")),
+    ):
         status = 1
     if "speed" in only:
         here = Path(__file__).resolve().parent
