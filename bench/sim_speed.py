@@ -18,6 +18,7 @@ prints why and exits 0; it never fails on time (speed is reported, not asserted)
 from __future__ import annotations
 
 import argparse
+import contextlib
 import cProfile
 import io
 import json
@@ -84,7 +85,8 @@ def profile(base: list[str]) -> None:
     prof = cProfile.Profile()
     prof.enable()
     try:
-        cli(["sim", *base, "--policy", "fgd", "--seeds", "42", "--json"])
+        with contextlib.redirect_stdout(io.StringIO()):  # the command's JSON is not the report
+            cli(["sim", *base, "--policy", "fgd", "--seeds", "42", "--json"])
     except SystemExit:
         pass
     finally:
