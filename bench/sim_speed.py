@@ -2,20 +2,29 @@
 
 Two measurements, both through the real command line (interpreter start-up included):
 
-1. one seed of ``fgd`` (target: under 2 s wall);
-2. every policy x 10 seeds with ``--workers 2`` (target: under 2 minutes);
+1. one seed of ``fgd`` (``kubegpu sim --policy fgd --seeds 42``; target: 1.2 s wall; best of
+   ``--repeat`` runs, since other jobs share the machine);
+2. every policy x 10 seeds with ``--workers 2`` (target: 20 s wall);
 
-then pods/s per policy from the second run's per-policy replay seconds. Prints a Markdown table.
-Without the trace (shared data folder) it prints why and exits 0.
+then pods/s per policy from the second run's per-policy replay seconds, and the CPU time of run 1
+(user + system, less sensitive to a busy machine than wall time). ``--profile`` also prints where
+run 1's time goes: the slowest imports (``python -X importtime``) and the top functions of a
+cProfile of the whole command. Prints Markdown tables. Without the trace (shared data folder) it
+prints why and exits 0; it never fails on time (speed is reported, not asserted).
 
-    python bench/sim_speed.py [--data DIR] [--seeds 42-51] [--workers 2]
+    python bench/sim_speed.py [--data DIR] [--seeds 42-51] [--workers 2] [--repeat 3] [--profile]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import cProfile
+import io
 import json
 import os
+import pstats
+import resource
 import subprocess
 import sys
 import time
@@ -24,16 +33,71 @@ from pathlib import Path
 from openb import NODES, PODS, default_data_dir
 
 
-def kubegpu(*args: str) -> tuple[float, dict[str, object]]:
+def kubegpu(*args: str) -> tuple[float, float, dict[str, object]]:
+    """Wall and CPU seconds of one ``kubegpu sim ... --json`` process, and its document."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
     res = subprocess.run(
         [sys.executable, "-m", "kubegpu", "sim", *args, "--json"], capture_output=True, text=True, check=False
     )
     wall = time.perf_counter() - started
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     if res.returncode != 0:
         raise SystemExit(f"kubegpu sim failed ({res.returncode}): {res.stderr.strip()}")
     doc: dict[str, object] = json.loads(res.stdout)
-    return wall, doc
+    return wall, cpu, doc
+
+
+def profile(base: list[str]) -> None:
+    """Where one seed of fgd spends its time: imports, then functions (cumulative)."""
+    res = subprocess.run(
+        [
+            sys.executable,
+            "-X",
+            "importtime",
+            "-m",
+            "kubegpu",
+            "sim",
+            *base,
+            "--policy",
+            "fgd",
+            "--seeds",
+            "42",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    rows = []
+    for line in res.stderr.splitlines():
+        if line.startswith("import time:") and "|" in line:
+            _, cumulative, name = line.split("|")
+            if cumulative.strip().isdigit():
+                rows.append((int(cumulative), name.rstrip()))
+    top = [r for r in rows if not r[1].startswith("  ")]
+    print("top-level imports (cumulative ms):")
+    for us, name in sorted(top, reverse=True)[:8]:
+        print(f"  {us / 1000:7.1f}  {name.strip()}")
+    from kubegpu.cli.app import main as cli
+
+    prof = cProfile.Profile()
+    prof.enable()
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):  # the command's JSON is not the report
+            cli(["sim", *base, "--policy", "fgd", "--seeds", "42", "--json"])
+    except SystemExit:
+        pass
+    finally:
+        prof.disable()
+    out = io.StringIO()
+    stats = pstats.Stats(prof, stream=out)
+    stats.sort_stats("tottime").print_stats(12)
+    print("cProfile of the command in this process (imports already done), top 12 by own time:")
+    for line in out.getvalue().splitlines():
+        if line.strip() and ("ncalls" in line or line.lstrip()[:1].isdigit()):
+            print("  " + line.replace(str(Path.cwd()) + "/", ""))
 
 
 def main() -> int:
@@ -41,6 +105,8 @@ def main() -> int:
     ap.add_argument("--data", type=Path, default=default_data_dir())
     ap.add_argument("--seeds", default="42-51")
     ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--repeat", type=int, default=3, help="runs of the one-seed measurement (best is shown)")
+    ap.add_argument("--profile", action="store_true", help="also print the import and function profile")
     args = ap.parse_args()
     nodes, pods = args.data / NODES, args.data / PODS
     if not nodes.is_file() or not pods.is_file():
@@ -49,16 +115,21 @@ def main() -> int:
         )
         return 0
     base = ["--nodes", str(nodes), "--pods", str(pods)]
-    one_wall, one = kubegpu(*base, "--policy", "fgd", "--seeds", "42")
-    all_wall, every = kubegpu(*base, "--seeds", args.seeds, "--workers", str(args.workers))
-    print(f"cpus: {os.cpu_count()}, python {sys.version.split()[0]}")
+    ones = [kubegpu(*base, "--policy", "fgd", "--seeds", "42") for _ in range(max(1, args.repeat))]
+    one_wall, one_cpu, _ = min(ones, key=lambda r: r[0])
+    all_wall, _, every = kubegpu(*base, "--seeds", args.seeds, "--workers", str(args.workers))
+    load = os.getloadavg()[0]
+    print(f"cpus: {os.cpu_count()}, python {sys.version.split()[0]}, load average {load:.1f}")
     print()
-    print("| measurement | wall s | target |")
-    print("|---|---|---|")
-    print(f"| `kubegpu sim --policy fgd --seeds 42` | {one_wall:.2f} | < 2 |")
+    print("| measurement | wall s | cpu s | target wall s |")
+    print("|---|---|---|---|")
+    print(
+        f"| `kubegpu sim --policy fgd --seeds 42` (best of {len(ones)}) "
+        f"| {one_wall:.2f} | {one_cpu:.2f} | 1.2 |"
+    )
     print(
         f"| `kubegpu sim --seeds {args.seeds} --workers {args.workers}` (7 policies) "
-        f"| {all_wall:.1f} | < 120 |"
+        f"| {all_wall:.1f} | | 20 |"
     )
     print()
     print("| policy | replay s (all seeds) | pods/s |")
@@ -67,9 +138,10 @@ def main() -> int:
     assert isinstance(policies, dict)
     for name, entry in policies.items():
         print(f"| {name} | {entry['seconds']:.1f} | {entry['pods_per_second']:,.0f} |")
-    fgd = one["policies"]
-    assert isinstance(fgd, dict)
-    return 0 if one_wall < 2 and all_wall < 120 else 1
+    if args.profile:
+        print()
+        profile(base)
+    return 0
 
 
 if __name__ == "__main__":

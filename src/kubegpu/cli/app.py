@@ -2,44 +2,86 @@
 
 ``main`` is the only place where a ``KubegpuError`` becomes a one-line message and an exit code;
 commands never print tracebacks. Usage errors (unknown flags, bad values) exit 2.
+
+Start-up is part of every command's latency (``kubegpu sim`` of one seed is about a second), so
+``main`` imports and registers only the module of the command it was asked for; ``--help`` and
+unknown commands get the whole app. ``app`` (the whole app, for tests) is built on first access.
 """
 
 from __future__ import annotations
 
+import importlib
 import sys
+from typing import Any
 
 import typer
 
-from kubegpu.cli import agent, alloc, demo, doctor, labels, mig, plan, sim, topo
 from kubegpu.errors import KubegpuError
 
-app = typer.Typer(
-    name="kubegpu",
-    help="Get NVIDIA GPUs into Kubernetes pods, correctly and efficiently, and say what is broken.",
-    no_args_is_help=True,
-    pretty_exceptions_enable=False,
-    add_completion=False,
-    rich_markup_mode="rich",
-    epilog="Examples: kubegpu demo · kubegpu topo builtin:seed-8gpu · kubegpu doctor · "
-    "kubegpu COMMAND --help",
-)
+# command name -> the kubegpu.cli module that registers it; the order here is the order in --help
+COMMAND_MODULES = {
+    "demo": "demo",
+    "topo": "topo",
+    "labels": "labels",
+    "alloc": "alloc",
+    "mig": "mig",
+    "plan": "plan",
+    "sim": "sim",
+    "doctor": "doctor",
+    "agent": "agent",
+}
 
 
-@app.command("version", epilog="Example: kubegpu version")
-def version() -> None:
-    """Print the kubegpu version."""
-    from kubegpu import __version__
+def _new_app() -> typer.Typer:
+    new = typer.Typer(
+        name="kubegpu",
+        help="Get NVIDIA GPUs into Kubernetes pods, correctly and efficiently, and say what is broken.",
+        no_args_is_help=True,
+        pretty_exceptions_enable=False,
+        add_completion=False,
+        rich_markup_mode="rich",
+        epilog="Examples: kubegpu demo · kubegpu topo builtin:seed-8gpu · kubegpu doctor · "
+        "kubegpu COMMAND --help",
+    )
 
-    typer.echo(__version__)
+    @new.command("version", epilog="Example: kubegpu version")
+    def version() -> None:
+        """Print the kubegpu version."""
+        from kubegpu import __version__
+
+        typer.echo(__version__)
+
+    return new
 
 
-def _register_all() -> None:
-    # Each module owns its commands; the order here is the order in --help.
-    for module in (demo, topo, labels, alloc, mig, plan, sim, doctor, agent):
-        module.register(app)
+def build_app(only: str | None = None) -> typer.Typer:
+    """The app with every command, or with ``version`` and the command ``only`` alone."""
+    new = _new_app()
+    for command, module in COMMAND_MODULES.items():
+        if only is None or command == only:
+            importlib.import_module(f"kubegpu.cli.{module}").register(new)
+    return new
 
 
-_register_all()
+_FULL: typer.Typer | None = None
+
+
+def __getattr__(name: str) -> Any:
+    global _FULL  # noqa: PLW0603 - the whole app, built once on first use
+    if name == "app":
+        if _FULL is None:
+            _FULL = build_app()
+        return _FULL
+    raise AttributeError(name)
+
+
+def _app_for(argv: list[str]) -> typer.Typer:
+    first = argv[0] if argv else ""
+    if first in COMMAND_MODULES:
+        return build_app(first)
+    if first == "version":
+        return _new_app()
+    return build_app()
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -48,8 +90,9 @@ def main(argv: list[str] | None = None) -> None:
     typer (click) itself reports usage errors (exit 2); everything kubegpu raises on purpose is a
     ``KubegpuError`` and is reported here as one line.
     """
+    args = sys.argv[1:] if argv is None else argv
     try:
-        app(args=argv, prog_name="kubegpu")
+        _app_for(args)(args=args, prog_name="kubegpu")
     except KubegpuError as exc:
         print(f"kubegpu: error: {exc}", file=sys.stderr)
         sys.exit(exc.exit_code)

@@ -47,6 +47,7 @@ def _render(summaries: list[Any], document: dict[str, Any]) -> None:
     table = Table(
         title=(
             f"GPU allocation, {len(document['seeds'])} seed(s), ties: {document['tie']}, "
+            f"order: {document['order']}, "
             f"{document['total_gpus']} GPUs on {document['nodes']} nodes"
         )
     )
@@ -179,6 +180,14 @@ def register(app: typer.Typer) -> None:
                 help="Ties between equal scores: node-order (the artifact's) or random (kube-scheduler's).",
             ),
         ] = "node-order",
+        order: Annotated[
+            str,
+            typer.Option(
+                "--order",
+                help="Fixed node order before the tie rule: auto (each policy's default: crc for kubegpu, "
+                "none for the others), none, or crc (highest CRC-32 of the node name first).",
+            ),
+        ] = "auto",
         workers: Annotated[int, typer.Option("--workers", help="Worker processes.")] = 1,
         as_json: Annotated[
             bool, typer.Option("--json", help="Print one JSON object instead of tables.")
@@ -204,7 +213,7 @@ def register(app: typer.Typer) -> None:
             return
         if nodes is None or pods is None:
             raise InputError("kubegpu sim needs --nodes NODES.csv and --pods PODS.csv")
-        from kubegpu.sim.replay import TieMode
+        from kubegpu.sim.replay import Order, TieMode
         from kubegpu.sim.run import SimRequest, parse_seeds, report_json, summarise_all
         from kubegpu.sim.trace import load_trace
         from kubegpu.sim.workload import prepare
@@ -213,11 +222,16 @@ def register(app: typer.Typer) -> None:
             tie_mode = TieMode(tie)
         except ValueError:
             raise InputError(f"--tie {tie!r}: choose node-order or random") from None
+        try:
+            order_mode = None if order == "auto" else Order(order)
+        except ValueError:
+            raise InputError(f"--order {order!r}: choose auto, none or crc") from None
         request = SimRequest(
             policies=_policies(policy),
             seeds=parse_seeds(seeds),
             inflate=inflate,
             tie=tie_mode,
+            order=order_mode,
             workers=workers,
         )
         if workers < 1:
@@ -430,13 +444,17 @@ def _render_bound(document: dict[str, Any]) -> None:
 
 
 def _run_with_progress(workload: Any, request: Any, *, quiet: bool) -> Any:
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    import sys
 
     from kubegpu.sim.run import run_all
 
+    if quiet or not sys.stderr.isatty():  # no bar to draw: do not pay for importing rich
+        return run_all(workload, request)
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
     console = Console(stderr=True)
-    show = console.is_terminal and not quiet
+    show = console.is_terminal
     total = len(request.policies) * len(request.seeds)
     with Progress(
         TextColumn("[bold]sim[/] {task.description}"),

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from kubegpu.sim.replay import SeedRun
+from kubegpu.sim.replay import Order, SeedRun
 from kubegpu.sim.scoring import FloatArray, Policy
 
 __all__ = ["PolicySummary", "discrete_curve", "summarise"]
@@ -53,6 +53,7 @@ class PolicySummary:
     """One policy over all seeds: curves (mean and std per point) and headline numbers."""
 
     policy: Policy
+    order: Order
     seeds: tuple[int, ...]
     total_gpus: int
     alloc_mean: FloatArray
@@ -109,6 +110,7 @@ def summarise(runs: Sequence[SeedRun], shape_labels: Sequence[str], points: int 
     n = len(runs)
     return PolicySummary(
         policy=runs[0].policy,
+        order=runs[0].order,
         seeds=tuple(r.seed for r in runs),
         total_gpus=total_milli // 1000,
         alloc_mean=alloc_mean,

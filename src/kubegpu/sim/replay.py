@@ -1,13 +1,15 @@
-"""One replay: a seed's arrivals placed one by one on the cluster under one policy.
+"""One replay: a seed's arrivals placed one by one on the cluster by one placement policy.
 
-The cluster state is a set of numpy arrays updated in place (only the node that received a pod
-changes). Scores are cached per pod shape: when a shape arrives again, only the nodes that changed
-since its last scoring are rescored, so a replay costs about one vectorised scoring of a handful of
-nodes per arrival, not a scan of the cluster.
+The engine has no policy-specific code: it asks the policy object (``kubegpu.sim.policy``) to score
+the nodes, select one and pick its GPUs, then binds the pod on the ``ClusterState``. Scores are
+cached per pod shape: when a shape arrives again, only the nodes that changed since its last
+scoring are rescored, so a replay costs about one vectorised scoring of a handful of nodes per
+arrival, not a scan of the cluster.
 
 Protocol (the FGD artifact's): one placement attempt per arrival, no retry, no departures; the
-highest score wins; ties go to the first node of the seed's fixed node order (``TieMode.NODE_ORDER``)
-or to a uniformly random tied node (``TieMode.RANDOM``, what kube-scheduler does).
+highest score wins; then the fixed node order (``Order``, the policy's default unless given); then
+the tie rule: the first node of the seed's fixed node order (``TieMode.NODE_ORDER``) or a uniformly
+random tied node (``TieMode.RANDOM``, what kube-scheduler does).
 """
 
 from __future__ import annotations
@@ -15,37 +17,33 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from enum import StrEnum
-from functools import cache, lru_cache
 
 import numpy as np
 
-from kubegpu.allocate import choose_scored
-from kubegpu.model.topology import Topology
+from kubegpu.sim.policy import (
+    ClusterState,
+    Order,
+    Placement,
+    PlacementPolicy,
+    Selector,
+    TieMode,
+    best_group_cost,
+    get_policy,
+    node_topology,
+)
 from kubegpu.sim.scoring import (
     MILLI,
-    N_CLASSES,
     BoolArray,
     FloatArray,
     IntArray,
     NodeArrays,
+    PodRequest,
     Policy,
-    fragmentation,
-    name_tiebreak,
-    pod_class,
-    score_nodes,
+    TypicalShapes,
 )
 from kubegpu.sim.workload import STREAM_RANDOM, STREAM_TIES, Workload, arrivals, node_order, seed_stream
-from kubegpu.sources.spec import load_node
 
-__all__ = ["SeedRun", "TieMode", "best_group_cost", "node_topology", "replay"]
-
-
-class TieMode(StrEnum):
-    """How equally scored nodes are separated."""
-
-    NODE_ORDER = "node-order"
-    RANDOM = "random"
+__all__ = ["Order", "SeedRun", "TieMode", "best_group_cost", "initial_state", "node_topology", "replay"]
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)
@@ -55,6 +53,7 @@ class SeedRun:
     policy: Policy
     seed: int
     tie: TieMode
+    order: Order
     total_gpu_milli: int
     arrived_milli: IntArray  # cumulative GPU demand after each arrival (failed ones included)
     allocated_milli: IntArray  # allocated GPU milli after each arrival
@@ -69,36 +68,6 @@ class SeedRun:
     seconds: float
 
 
-SEED_8GPU = "builtin:seed-8gpu"
-
-
-@cache
-def node_topology(gpus: int) -> Topology:
-    """The builtin topology of a node with ``gpus`` GPUs.
-
-    8-GPU nodes are the seed's machine (``builtin:seed-8gpu``: NVLink groups 0-3 and 4-7, cost 1
-    inside a group and 4 across); other nodes are one NVLink group (cost 1 between any two GPUs).
-    """
-    if gpus == 8:
-        topology = load_node(SEED_8GPU).topology
-        if topology is not None:
-            return topology
-    return Topology.from_groups(gpus, (tuple(range(gpus)),), inside=1.0, across=4.0)
-
-
-@lru_cache(maxsize=65536)
-def _choose(gpus: int, free_mask: int, count: int) -> tuple[tuple[int, ...], float]:
-    available = [g for g in range(gpus) if free_mask >> g & 1]
-    choice = choose_scored(node_topology(gpus), available, count)
-    return choice.devices, choice.cost
-
-
-@cache
-def best_group_cost(gpus: int, count: int) -> float:
-    """The lowest link cost of ``count`` GPUs on an empty node with ``gpus`` GPUs."""
-    return _choose(gpus, (1 << gpus) - 1, count)[1]
-
-
 class _Cache:
     __slots__ = ("gpu", "score", "stamp")
 
@@ -108,6 +77,83 @@ class _Cache:
         self.stamp = -1
 
 
+def _score_groups(shapes: tuple[PodRequest, ...]) -> tuple[list[int], list[PodRequest]]:
+    """Shapes that differ only in memory score alike (memory only decides feasibility), so they share
+    one score cache, scored with memory 0; the engine applies each pod's memory request itself."""
+    index: dict[tuple[int, int, int, bytes], int] = {}
+    group_of: list[int] = []
+    group_pod: list[PodRequest] = []
+    for pod in shapes:
+        key = (pod.cpu_milli, pod.num_gpu, pod.gpu_milli, pod.model_ok.tobytes())
+        if key not in index:
+            index[key] = len(group_pod)
+            group_pod.append(
+                PodRequest(
+                    cpu_milli=pod.cpu_milli,
+                    memory_mib=0,
+                    num_gpu=pod.num_gpu,
+                    gpu_milli=pod.gpu_milli,
+                    model_ok=pod.model_ok,
+                )
+            )
+        group_of.append(index[key])
+    return group_of, group_pod
+
+
+DEDUPE_ROWS = 128  # above this many rows to rescore, identical node states are scored once
+
+
+def _rescore(
+    placer: PlacementPolicy,
+    nodes: NodeArrays,
+    *,
+    dirty: IntArray,
+    pod: PodRequest,
+    typical: TypicalShapes,
+    cache: _Cache,
+) -> None:
+    """Rescore ``dirty`` rows into ``cache``; scores are row-wise, so equal rows are scored once."""
+    sub = nodes.take(dirty)
+    if dirty.size >= DEDUPE_ROWS:
+        key = np.column_stack(
+            (
+                sub.cpu_left_milli,
+                sub.memory_left_mib,
+                sub.gpu_count,
+                sub.model_index,
+                sub.frag_milli.view(np.int64),
+                sub.gpu_free_milli,
+                sub.class_counts,
+            )
+        )
+        # group rows by a 64-bit hash of their values, then check every row against its group's first
+        # row, so a hash collision can only cost speed, never give a row another row's score
+        weights = np.random.default_rng(0).integers(1, 2**62, size=key.shape[1], dtype=np.int64)
+        _, first, inverse = np.unique(key @ weights, return_index=True, return_inverse=True)
+        inverse = inverse.reshape(-1)
+        if first.size < dirty.size // 2 and (key[first][inverse] == key).all():
+            result = placer.score(sub.take(first), pod, typical)
+            cache.score[dirty] = result.score[inverse]
+            cache.gpu[dirty] = result.gpu[inverse]
+            return
+    result = placer.score(sub, pod, typical)
+    cache.score[dirty] = result.score
+    cache.gpu[dirty] = result.gpu
+
+
+def initial_state(workload: Workload, rows: IntArray) -> ClusterState:
+    """The empty cluster with its nodes in the order ``rows`` (indices into the node file)."""
+    return ClusterState.build(
+        names=[workload.node_names[i] for i in rows],
+        cpu_milli=workload.node_cpu_milli[rows],
+        memory_mib=workload.node_memory_mib[rows],
+        gpu_count=workload.node_gpus[rows],
+        model_index=workload.node_model[rows],
+        typical=workload.typical,
+        width=workload.gpu_width,
+    )
+
+
 def replay(
     workload: Workload,
     policy: Policy,
@@ -115,37 +161,30 @@ def replay(
     *,
     inflate: float = 1.3,
     tie: TieMode = TieMode.NODE_ORDER,
+    order: Order | None = None,
     on_progress: Callable[[int, int], None] | None = None,
 ) -> SeedRun:
-    """Replay ``seed``'s arrivals under ``policy``; see the module docstring for the protocol."""
+    """Replay ``seed``'s arrivals under ``policy``; ``order=None`` takes the policy's default order."""
     started = time.perf_counter()
+    placer = get_policy(policy)
+    used_order = placer.default_order if order is None else order
     seq = arrivals(workload, seed, inflate)
-    order = node_order(len(workload.node_names), seed)
-    n = len(order)
-    width = workload.gpu_width
-    gpus = workload.node_gpus[order]
-    free = np.zeros((n, width), dtype=np.int64)
-    for row, count in enumerate(gpus):
-        free[row, :count] = MILLI
-    model = workload.node_model[order]
-    state = NodeArrays(
-        cpu_left_milli=workload.node_cpu_milli[order].copy(),
-        memory_left_mib=workload.node_memory_mib[order].copy(),
-        gpu_free_milli=free,
-        gpu_count=gpus,
-        model_index=model,
-        class_counts=np.zeros((n, N_CLASSES), dtype=np.int64),
-        frag_milli=np.zeros(n),
-        tiebreak=name_tiebreak([workload.node_names[i] for i in order]),
-    )
+    perm = node_order(len(workload.node_names), seed)
+    state = initial_state(workload, perm)
+    nodes = state.nodes
+    n = len(perm)
     typical = workload.typical
-    state.frag_milli[:] = fragmentation(free, state.cpu_left_milli, model, typical)
-    empty_frag = float(state.frag_milli.sum())
-    tie_rng = seed_stream(seed, STREAM_TIES)
-    pick_rng = seed_stream(seed, STREAM_RANDOM)
+    empty_frag = state.frag_total
+    selector = Selector(
+        tie=tie,
+        order_key=state.crc_key() if used_order is Order.CRC else None,
+        tie_rng=seed_stream(seed, STREAM_TIES),
+        policy_rng=seed_stream(seed, STREAM_RANDOM),
+    )
     changed = np.zeros(n, dtype=np.int64)
     caches: dict[int, _Cache] = {}
     shapes = workload.shape_requests
+    group_of, group_pod = _score_groups(shapes)
     shape_of = workload.pod_shape[seq]
     total_of = workload.shape_total_milli()
 
@@ -158,80 +197,41 @@ def replay(
     comm: list[float] = []
     ideal: list[float] = []
     naive: list[float] = []
-    topology_aware = policy is Policy.KUBEGPU
     alloc_milli = 0
-    frag_total = empty_frag
     report_every = max(1, count // 100)
 
     for step in range(count):
         sid = int(shape_of[step])
         pod = shapes[sid]
-        cache = caches.get(sid)
+        gid = group_of[sid]
+        cache = caches.get(gid)
         if cache is None:
-            cache = caches[sid] = _Cache(n)
+            cache = caches[gid] = _Cache(n)
         dirty = np.flatnonzero(changed > cache.stamp) if cache.stamp >= 0 else np.arange(n)
         if dirty.size:
-            result = score_nodes(policy, state.take(dirty), pod, typical)
-            cache.score[dirty] = result.score
-            cache.gpu[dirty] = result.gpu
+            _rescore(placer, nodes, dirty=dirty, pod=group_pod[gid], typical=typical, cache=cache)
         cache.stamp = step
         scores = cache.score
-        if policy is Policy.RANDOM:
-            fits = np.flatnonzero(scores > -np.inf)
-            node = int(fits[pick_rng.integers(fits.size)]) if fits.size else -1
-        else:
-            node = int(scores.argmax())
-            best = scores[node]
-            if best == -np.inf:
-                node = -1
-            elif tie is TieMode.RANDOM:
-                tied = np.flatnonzero(scores == best)
-                if tied.size > 1:
-                    node = int(tied[tie_rng.integers(tied.size)])
+        if pod.memory_mib:
+            scores = np.where(nodes.memory_left_mib >= pod.memory_mib, scores, -np.inf)
+        node = placer.select(scores, selector)
         if node >= 0:
-            row = free[node]
+            gpus = placer.gpus(state, node, pod, int(cache.gpu[node]), selector.policy_rng)
             k = pod.num_gpu
-            if k:
-                if pod.shared:
-                    if policy is Policy.RANDOM:
-                        room = np.flatnonzero(row >= pod.gpu_milli)
-                        g = int(room[pick_rng.integers(room.size)])
-                    else:
-                        g = int(cache.gpu[node])
-                        if topology_aware and row[g] == MILLI:
-                            g = _choose(int(gpus[node]), _mask(row == MILLI), 1)[0][0]
-                    row[g] -= pod.gpu_milli
-                else:
-                    fully = row == MILLI
-                    if k == 1 and not topology_aware:
-                        chosen: tuple[int, ...] = (int(np.argmax(fully)),)
-                    else:
-                        chosen, cost = _choose(int(gpus[node]), _mask(fully), k)
-                        if k > 1:
-                            comm.append(cost)
-                            ideal.append(best_group_cost(int(gpus[node]), k))
-                            first = tuple(int(g) for g in np.flatnonzero(fully)[:k])
-                            naive.append(node_topology(int(gpus[node])).set_cost(first))
-                    row[list(chosen)] = 0
-                state.class_counts[node, pod_class(k, pod.gpu_milli)] += 1
-            state.cpu_left_milli[node] -= pod.cpu_milli
-            state.memory_left_mib[node] -= pod.memory_mib
-            new_frag = float(
-                fragmentation(
-                    free[node : node + 1],
-                    state.cpu_left_milli[node : node + 1],
-                    model[node : node + 1],
-                    typical,
-                )[0]
-            )
-            frag_total += new_frag - state.frag_milli[node]
-            state.frag_milli[node] = new_frag
+            if k > 1:
+                width = int(nodes.gpu_count[node])
+                topology = node_topology(width)
+                comm.append(topology.set_cost(gpus))
+                ideal.append(best_group_cost(width, k))
+                first = np.flatnonzero(nodes.gpu_free_milli[node] == MILLI)[:k]
+                naive.append(topology.set_cost(tuple(int(g) for g in first)))
+            state.bind(Placement(node=node, gpus=gpus, milli=pod.gpu_milli), pod)
             changed[node] = step + 1
             alloc_milli += int(total_of[sid])
             placed[step] = True
-            node_of[step] = order[node]
+            node_of[step] = perm[node]
         allocated[step] = alloc_milli
-        frag_curve[step] = frag_total
+        frag_curve[step] = state.frag_total
         if on_progress is not None and (step % report_every == 0 or step == count - 1):
             on_progress(step + 1, count)
 
@@ -239,6 +239,7 @@ def replay(
         policy=policy,
         seed=seed,
         tie=tie,
+        order=used_order,
         total_gpu_milli=workload.total_gpu_milli,
         arrived_milli=arrived.astype(np.int64),
         allocated_milli=allocated,
@@ -252,10 +253,3 @@ def replay(
         empty_frag_milli=empty_frag,
         seconds=time.perf_counter() - started,
     )
-
-
-def _mask(bits: np.ndarray) -> int:
-    out = 0
-    for g in np.flatnonzero(bits):
-        out |= 1 << int(g)
-    return out

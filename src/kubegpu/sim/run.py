@@ -19,7 +19,7 @@ import numpy as np
 
 from kubegpu.errors import InputError
 from kubegpu.sim.curves import PolicySummary, summarise
-from kubegpu.sim.replay import SeedRun, TieMode, replay
+from kubegpu.sim.replay import Order, SeedRun, TieMode, replay
 from kubegpu.sim.scoring import Policy
 from kubegpu.sim.workload import Workload
 
@@ -30,12 +30,16 @@ MAX_SEEDS = 1000
 
 @dataclass(frozen=True, kw_only=True)
 class SimRequest:
-    """What to replay: policies, seeds, inflation target, tie mode and worker count."""
+    """What to replay: policies, seeds, inflation target, tie mode, node order and worker count.
+
+    ``order=None`` gives each policy its default order (``kubegpu``: crc; the others: none).
+    """
 
     policies: tuple[Policy, ...]
     seeds: tuple[int, ...]
     inflate: float = 1.3
     tie: TieMode = TieMode.NODE_ORDER
+    order: Order | None = None
     workers: int = 1
 
 
@@ -76,9 +80,9 @@ def _init(workload: Workload) -> None:
     _WORKLOAD = workload
 
 
-def _job(policy: Policy, seed: int, inflate: float, tie: TieMode) -> SeedRun:
+def _job(policy: Policy, seed: int, inflate: float, tie: TieMode, order: Order | None) -> SeedRun:
     assert _WORKLOAD is not None
-    return replay(_WORKLOAD, policy, seed, inflate=inflate, tie=tie)
+    return replay(_WORKLOAD, policy, seed, inflate=inflate, tie=tie, order=order)
 
 
 def run_all(
@@ -101,7 +105,13 @@ def run_all(
     if workers <= 1:
         for policy, seed in jobs:
             run = replay(
-                workload, policy, seed, inflate=request.inflate, tie=request.tie, on_progress=on_progress
+                workload,
+                policy,
+                seed,
+                inflate=request.inflate,
+                tie=request.tie,
+                order=request.order,
+                on_progress=on_progress,
             )
             results[(policy, seed)] = run
             if on_done is not None:
@@ -113,7 +123,7 @@ def run_all(
             max_workers=workers, mp_context=context, initializer=_init, initargs=(workload,)
         ) as pool:
             futures: list[Future[SeedRun]] = [
-                pool.submit(_job, p, s, request.inflate, request.tie) for p, s in jobs
+                pool.submit(_job, p, s, request.inflate, request.tie, request.order) for p, s in jobs
             ]
             for future in as_completed(futures):
                 run = future.result()
@@ -149,6 +159,7 @@ def report_json(
         a100, _ = s.at(100)
         a130, sd130 = s.at(130)
         policies[s.policy.value] = {
+            "order": s.order.value,
             "curve": curve,
             "allocated_pct_at_100": _num(a100),
             "allocated_pct_at_130": _num(a130),
@@ -170,6 +181,7 @@ def report_json(
         "seeds": list(request.seeds),
         "inflate": request.inflate,
         "tie": request.tie.value,
+        "order": "auto" if request.order is None else request.order.value,
         "total_gpus": workload.total_gpus,
         "nodes": len(workload.node_names),
         "pods": len(workload.pod_names),

@@ -8,8 +8,8 @@ pod does not fit) and the GPU a shared pod would take. Higher scores win.
 The baselines follow the FGD paper's simulator plugins exactly, integer truncations included
 (they decide ties, and ties decide results): ``fgd`` (fragmentation gradient descent),
 ``bestfit``, ``dotprod`` (Tetris), ``packing``, ``clustering`` and ``random``. ``kubegpu`` is
-kubegpu's own score, documented at ``score_kubegpu``: FGD's gradient, plus a charge for CPU that
-strands GPUs, plus a fixed per-node order inside the score so that random tie-breaking keeps it.
+kubegpu's own score, documented at ``score_kubegpu``: FGD's gradient plus a charge for CPU that
+strands GPUs. Node order and tie-breaking are not part of any score (``kubegpu.sim.policy``).
 """
 
 from __future__ import annotations
@@ -76,8 +76,6 @@ class NodeArrays:
     ``model_index`` indexes the model table the ``PodRequest.model_ok`` masks refer to.
     ``class_counts`` counts placed GPU pods per class (column 0 shared, k for k-GPU pods).
     ``frag_milli`` is each node's current fragmentation (``fragmentation``) for FGD-style scores.
-    ``tiebreak`` is a stable per-node number in [0, 1) (kubegpu derives it from the node name), used
-    by the ``kubegpu`` score as its last key so that the score itself, not the scheduler, orders ties.
     """
 
     cpu_left_milli: IntArray
@@ -87,7 +85,6 @@ class NodeArrays:
     model_index: IntArray
     class_counts: IntArray
     frag_milli: FloatArray
-    tiebreak: FloatArray
 
     def take(self, rows: IntArray) -> NodeArrays:
         return NodeArrays(
@@ -98,7 +95,6 @@ class NodeArrays:
             model_index=self.model_index[rows],
             class_counts=self.class_counts[rows],
             frag_milli=self.frag_milli[rows],
-            tiebreak=self.tiebreak[rows],
         )
 
 
@@ -138,6 +134,8 @@ class TypicalShapes:
     num_gpu: IntArray
     model_ok: BoolArray  # shapes x models
     popularity: FloatArray
+    weight: IntArray  # pods of each shape in the trace (popularity = weight / weight_total)
+    weight_total: int
     unique_milli: IntArray
     milli_slot: IntArray  # index of each shape's gpu_milli in unique_milli
     count: int  # number of shapes including CPU-only ones
@@ -145,7 +143,10 @@ class TypicalShapes:
 
 
 def name_tiebreak(names: Sequence[str]) -> FloatArray:
-    """A stable number in [0, 1) per node name (CRC-32): the same on every run, host and scheduler replica."""
+    """A stable number in [0, 1) per node name (CRC-32 / 2^32): the same on every run, host and replica.
+
+    The key of the fixed node order ``Order.CRC`` (``kubegpu.sim.policy``), not part of any score.
+    """
     out: FloatArray = np.array([zlib.crc32(name.encode()) / 2**32 for name in names], dtype=np.float64)
     return out
 
@@ -195,6 +196,7 @@ def typical_shapes(
         else np.zeros((0, n_models), dtype=bool)
     )
     pop = np.array([counts[i] / cum for i in gpu], dtype=np.float64)
+    weight = np.array([int(counts[i]) for i in gpu], dtype=np.int64)
     unique = np.unique(milli)
     slot = np.searchsorted(unique, milli).astype(np.int64)
     return TypicalShapes(
@@ -203,6 +205,8 @@ def typical_shapes(
         num_gpu=num,
         model_ok=ok,
         popularity=pop,
+        weight=weight,
+        weight_total=int(cum),
         unique_milli=unique.astype(np.int64),
         milli_slot=slot,
         count=len(chosen),
@@ -221,17 +225,23 @@ def fragmentation(
     For each typical shape m: all idle GPU counts if m is CPU-only, its model is not allowed, or it
     does not fit (too few GPUs with enough room, or too little CPU); otherwise only the GPUs with less
     room than m's per-GPU milli count. Weighted by popularity. Memory is ignored (as in the paper).
+
+    Computed in integers (pod counts instead of popularities) and divided once at the end, so a
+    row's value does not depend on which other rows are computed with it (a scheduler scoring all
+    nodes at once and the replay rescoring a few get the same bits, and equal states tie exactly).
     """
-    idle: FloatArray = gpu_free_milli.sum(axis=1).astype(np.float64)
+    idle = gpu_free_milli.sum(axis=1)
     if shapes.popularity.size == 0:
-        return idle
+        out: FloatArray = idle.astype(np.float64)
+        return out
     free = gpu_free_milli[:, None, :]
     ge = free >= shapes.unique_milli[None, :, None]
     room = (free * ge).sum(axis=2)[:, shapes.milli_slot]
     fits = ge.sum(axis=2)[:, shapes.milli_slot] >= shapes.num_gpu
     fits &= cpu_left_milli[:, None] >= shapes.cpu_milli
     fits &= shapes.model_ok[:, model_index].T
-    result: FloatArray = idle - (fits * room) @ shapes.popularity
+    kept = (fits * room) @ shapes.weight
+    result: FloatArray = (idle * shapes.weight_total - kept) / shapes.weight_total
     return result
 
 
@@ -376,6 +386,18 @@ def _fgd_after(
         frag = fragmentation(after, cpu_after[idx], nodes.model_index[idx], shapes)
         delta[idx] = before[idx] - frag
         return delta, gpu
+    table, table_int = _shared_tables(nodes, pod, idx, cpu_after, shapes)
+    best = table_int.argmax(axis=1)
+    delta[idx] = table[np.arange(len(idx)), best]
+    gpu[idx] = best
+    return delta, gpu
+
+
+def _shared_tables(
+    nodes: NodeArrays, pod: PodRequest, idx: IntArray, cpu_after: IntArray, shapes: TypicalShapes
+) -> tuple[FloatArray, FloatArray]:
+    free = nodes.gpu_free_milli
+    before = nodes.frag_milli
     sub = free[idx]
     width = sub.shape[1]
     earlier_same = (sub[:, :, None] == sub[:, None, :]) & np.tri(width, width, -1, dtype=bool)[None, :, :]
@@ -389,15 +411,12 @@ def _fgd_after(
     table[rr, gg] = before[node_rows] - frag
     # the artifact compares integer scores per GPU, so equal integer scores go to the first GPU
     table_int = np.where(cand, np.floor(_sigmoid100(table)), -1.0)
-    best = table_int.argmax(axis=1)
-    delta[idx] = table[np.arange(len(idx)), best]
-    gpu[idx] = best
-    return delta, gpu
+    return table, table_int
 
 
 def _sigmoid100(delta: FloatArray) -> FloatArray:
-    with np.errstate(over="ignore"):
-        out: FloatArray = (1.0 / (1.0 + np.exp(-delta / 1000.0))) * 100.0
+    # deltas are bounded by a node's idle GPU milli (or -inf: no overflow warning for infinities)
+    out: FloatArray = (1.0 / (1.0 + np.exp(-delta / 1000.0))) * 100.0
     return out
 
 
@@ -425,17 +444,15 @@ def cpu_stranded_gpus(
 
 
 def score_kubegpu(nodes: NodeArrays, pod: PodRequest, shapes: TypicalShapes) -> Scores:
-    """kubegpu: FGD's fragmentation gradient plus CPU stranding, with its own tie order.
+    """kubegpu: FGD's fragmentation gradient plus CPU stranding.
 
     * gain = FGD's fragmentation decrease minus ``KUBEGPU_STRANDING_WEIGHT`` x 1000 x the increase of
       ``cpu_stranded_gpus``: FGD only notices CPU when a typical shape stops fitting, so CPU-only and
       CPU-heavy pods wear down the CPU of GPU-dense nodes until their last GPUs are stranded; this
       term charges that wear as it happens and steers such pods to CPU-rich nodes.
     * score = floor(100 * sigmoid(gain / 1000)) (FGD's integer buckets, whose coarseness is useful:
-      it lets the last key consolidate pods) + 0.9 x ``tiebreak``, a fixed per-node number from the
-      node's name. That last key is the fixed node order that the FGD artifact gets from its
-      scheduler's name-ordered tie-breaking, made part of the score, so kube-scheduler's random
-      tie-breaking cannot undo it.
+      it leaves ties for a fixed node order to consolidate pods; the ``kubegpu`` policy's default
+      order is ``Order.CRC``, see ``kubegpu.sim.policy``).
     """
     ok = feasible(nodes, pod)
     delta, gpu = _fgd_after(nodes, pod, ok, shapes)
@@ -443,7 +460,7 @@ def score_kubegpu(nodes: NodeArrays, pod: PodRequest, shapes: TypicalShapes) -> 
     before = cpu_stranded_gpus(idle, nodes.cpu_left_milli)
     after = cpu_stranded_gpus(idle - pod.gpu_milli * pod.num_gpu, nodes.cpu_left_milli - pod.cpu_milli)
     gain = delta - KUBEGPU_STRANDING_WEIGHT * MILLI * (after - before)
-    return _finish(ok, np.floor(_sigmoid100(gain)) + 0.9 * nodes.tiebreak, gpu)
+    return _finish(ok, np.floor(_sigmoid100(gain)), gpu)
 
 
 SCORERS: dict[Policy, Callable[[NodeArrays, PodRequest, TypicalShapes], Scores]] = {

@@ -65,7 +65,19 @@ def test_json_has_one_entry_per_policy_with_curve_and_headline_numbers(tmp_path:
     for key in ("allocated_pct_at_100", "allocated_pct_at_130", "unallocated_gpus_at_130", "seconds"):
         assert key in fgd
     assert 0 < fgd["allocated_pct_at_100"] <= 100
-    assert doc["seeds"] == [1, 2] and doc["tie"] == "node-order"
+    assert doc["seeds"] == [1, 2] and doc["tie"] == "node-order" and doc["order"] == "auto"
+    # each policy's default node order: crc for kubegpu only
+    assert [doc["policies"][p]["order"] for p in ("fgd", "bestfit", "kubegpu")] == ["none", "none", "crc"]
+
+
+def test_order_flag_applies_the_crc_order_to_any_policy(tmp_path: Path) -> None:
+    nodes, pods = trace_files(tmp_path)
+    args = ["sim", "--nodes", str(nodes), "--pods", str(pods), "--policy", "fgd,kubegpu", "--seeds", "1"]
+    result = CliRunner().invoke(app, [*args, "--order", "none", "--json"])
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    assert doc["order"] == "none"
+    assert [doc["policies"][p]["order"] for p in ("fgd", "kubegpu")] == ["none", "none"]
 
 
 def test_plot_and_out_write_their_files(tmp_path: Path) -> None:
@@ -137,6 +149,7 @@ def test_bad_flags_are_input_errors(tmp_path: Path) -> None:
         (["--seeds", "9-3"], "ends before it starts"),
         (["--seeds", "x"], "is not a seed"),
         (["--tie", "coin"], "choose node-order or random"),
+        (["--order", "alphabetical"], "choose auto, none or crc"),
         (["--workers", "0"], "at least 1"),
     ):
         res = run_cli("sim", "--nodes", str(nodes), "--pods", str(pods), *extra)

@@ -60,7 +60,6 @@ def node_arrays(
         model_index=np.array(model if model is not None else [1] * rows, dtype=np.int64),
         class_counts=counts,
         frag_milli=np.zeros(rows),
-        tiebreak=np.linspace(0.1, 0.9, rows),
     )
 
 

@@ -1,0 +1,381 @@
+"""Placement policies as objects: each picks a node and the GPUs on it for one pod.
+
+A ``PlacementPolicy`` works on a ``ClusterState`` (the cluster as numpy arrays, one row per node),
+so the simulator's replay engine and a scheduler extender call the same code:
+
+* ``score(nodes, pod, shapes)``: one score per candidate row (``-inf`` where the pod does not fit)
+  and, for a shared pod, the GPU it would take; vectorised, pure (``kubegpu.sim.scoring``);
+* ``select(scores, selector)``: the winning row, by the highest score, then the fixed node order
+  (``Order``), then the tie rule (``TieMode``);
+* ``gpus(state, node, pod, hint, rng)``: the GPU indices the pod gets on that node;
+* ``choose(state, pod, selector)``: the three above on the whole state, a ``Placement`` or ``None``.
+
+``ClusterState.bind`` / ``unbind`` apply or undo a placement (CPU, memory, GPU milli, pod classes,
+fragmentation). Policies are registered by name in ``POLICIES``.
+
+Ordering is not part of any score: ``Order.CRC`` prefers, among the nodes with the best score, the
+one with the highest CRC-32 of its name (a fixed order that every scheduler replica and every run
+shares); ``TieMode`` then separates what is still tied (first node of the state's row order, or a
+uniformly random one). Each policy has a default order (``kubegpu``: ``crc``; the rest: ``none``).
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from functools import cache, lru_cache
+from typing import TYPE_CHECKING, Protocol
+
+import numpy as np
+
+from kubegpu.errors import InputError
+from kubegpu.sim.scoring import (
+    MILLI,
+    N_CLASSES,
+    FloatArray,
+    IntArray,
+    NodeArrays,
+    PodRequest,
+    Policy,
+    Scores,
+    TypicalShapes,
+    fragmentation,
+    name_tiebreak,
+    pod_class,
+    score_bestfit,
+    score_clustering,
+    score_dotprod,
+    score_fgd,
+    score_kubegpu,
+    score_packing,
+    score_random,
+)
+
+if TYPE_CHECKING:
+    from kubegpu.model.topology import Topology
+
+__all__ = [
+    "POLICIES",
+    "ClusterState",
+    "Order",
+    "Placement",
+    "PlacementPolicy",
+    "ScoredPolicy",
+    "Selector",
+    "TieMode",
+    "best_group_cost",
+    "get_policy",
+    "node_topology",
+]
+
+
+class TieMode(StrEnum):
+    """How nodes still tied after the score and the order are separated."""
+
+    NODE_ORDER = "node-order"  # the first row of the state (the seed's node order in the replay)
+    RANDOM = "random"  # uniformly at random, as kube-scheduler does
+
+
+class Order(StrEnum):
+    """A fixed node order applied to the best-scored nodes before the tie rule."""
+
+    NONE = "none"
+    CRC = "crc"  # highest CRC-32(node name) / 2^32 first
+
+
+@dataclass(frozen=True, kw_only=True)
+class Placement:
+    """Where a pod goes: a row of the state, and the GPUs it takes there (``milli`` each)."""
+
+    node: int
+    gpus: tuple[int, ...]
+    milli: int
+
+
+@dataclass(frozen=True, kw_only=True, eq=False)
+class Selector:
+    """How ties are settled: the order key per row (``None`` = no order), the tie rule, random streams.
+
+    ``tie_rng`` draws random tie-breaks; ``policy_rng`` is the policy's own stream (the ``random``
+    policy's node and GPU picks), kept apart so every policy sees the same tie stream.
+    """
+
+    tie: TieMode
+    order_key: FloatArray | None
+    tie_rng: np.random.Generator
+    policy_rng: np.random.Generator
+
+
+SEED_8GPU = "builtin:seed-8gpu"
+
+
+@cache
+def node_topology(gpus: int) -> Topology:
+    """The builtin topology of a node with ``gpus`` GPUs.
+
+    8-GPU nodes are the seed's machine (``builtin:seed-8gpu``: NVLink groups 0-3 and 4-7, cost 1
+    inside a group and 4 across); other nodes are one NVLink group (cost 1 between any two GPUs).
+    """
+    from kubegpu.model.topology import Topology  # imported when a multi-GPU pod first needs it
+    from kubegpu.sources.spec import load_node
+
+    if gpus == 8:
+        topology = load_node(SEED_8GPU).topology
+        if topology is not None:
+            return topology
+    return Topology.from_groups(gpus, (tuple(range(gpus)),), inside=1.0, across=4.0)
+
+
+@lru_cache(maxsize=65536)
+def allocator_choice(gpus: int, free_mask: int, count: int) -> tuple[tuple[int, ...], float]:
+    """The exact allocator's ``count`` GPUs among the free ones (bit mask) and their link cost."""
+    from kubegpu.allocate import choose_scored
+
+    available = [g for g in range(gpus) if free_mask >> g & 1]
+    choice = choose_scored(node_topology(gpus), available, count)
+    return choice.devices, choice.cost
+
+
+@cache
+def best_group_cost(gpus: int, count: int) -> float:
+    """The lowest link cost of ``count`` GPUs on an empty node with ``gpus`` GPUs."""
+    return allocator_choice(gpus, (1 << gpus) - 1, count)[1]
+
+
+def bit_mask(bits: np.ndarray) -> int:
+    """The set bits' indices of a boolean row as an integer mask."""
+    out = 0
+    for g in np.flatnonzero(bits):
+        out |= 1 << int(g)
+    return out
+
+
+@dataclass(kw_only=True, eq=False)
+class ClusterState:
+    """The cluster as arrays (``nodes``, one row per node, updated in place) and its fragmentation.
+
+    ``nodes.frag_milli`` holds each node's FGD fragmentation under ``typical``; ``frag_total`` their
+    sum. Build it with ``ClusterState.build`` and keep it current with ``bind`` and ``unbind``.
+    """
+
+    names: tuple[str, ...]
+    nodes: NodeArrays
+    typical: TypicalShapes
+    frag_total: float
+    # fragmentation of a node depends only on (model, which typical CPU requests fit, sorted free
+    # milli): node states recur, so it is computed once per distinct key
+    _frag_memo: dict[tuple[int, int, tuple[int, ...]], float] = field(default_factory=dict, repr=False)
+    _cpu_steps: tuple[int, ...] = field(default=(), repr=False)
+
+    @classmethod
+    def build(
+        cls,
+        *,
+        names: Sequence[str],
+        cpu_milli: IntArray,
+        memory_mib: IntArray,
+        gpu_count: IntArray,
+        model_index: IntArray,
+        typical: TypicalShapes,
+        width: int | None = None,
+    ) -> ClusterState:
+        """An empty cluster: every GPU fully free, nothing bound."""
+        n = len(names)
+        gpus = np.asarray(gpu_count, dtype=np.int64)
+        cols = width if width is not None else max(1, int(gpus.max()) if n else 1)
+        free = np.zeros((n, cols), dtype=np.int64)
+        for row, count in enumerate(gpus):
+            free[row, :count] = MILLI
+        nodes = NodeArrays(
+            cpu_left_milli=np.array(cpu_milli, dtype=np.int64),
+            memory_left_mib=np.array(memory_mib, dtype=np.int64),
+            gpu_free_milli=free,
+            gpu_count=gpus,
+            model_index=np.asarray(model_index, dtype=np.int64),
+            class_counts=np.zeros((n, N_CLASSES), dtype=np.int64),
+            frag_milli=np.zeros(n),
+        )
+        nodes.frag_milli[:] = fragmentation(free, nodes.cpu_left_milli, nodes.model_index, typical)
+        return cls(names=tuple(names), nodes=nodes, typical=typical, frag_total=float(nodes.frag_milli.sum()))
+
+    def crc_key(self) -> FloatArray:
+        """The ``Order.CRC`` key of every row: CRC-32(node name) / 2^32."""
+        return name_tiebreak(self.names)
+
+    def _refrag(self, node: int) -> None:
+        n = self.nodes
+        if not self._cpu_steps:
+            self._cpu_steps = (*sorted({int(c) for c in self.typical.cpu_milli}), 1 << 62)
+        row = n.gpu_free_milli[node]
+        key = (
+            int(n.model_index[node]),
+            bisect_right(self._cpu_steps, int(n.cpu_left_milli[node])),
+            tuple(sorted(row.tolist())),
+        )
+        new = self._frag_memo.get(key)
+        if new is None:
+            new = float(
+                fragmentation(
+                    n.gpu_free_milli[node : node + 1],
+                    n.cpu_left_milli[node : node + 1],
+                    n.model_index[node : node + 1],
+                    self.typical,
+                )[0]
+            )
+            self._frag_memo[key] = new
+        self.frag_total += new - n.frag_milli[node]
+        n.frag_milli[node] = new
+
+    def bind(self, placement: Placement, pod: PodRequest) -> None:
+        """Apply ``placement`` of ``pod``: take its CPU, memory and GPU milli, count its class."""
+        n, node = self.nodes, placement.node
+        if pod.num_gpu:
+            n.gpu_free_milli[node, list(placement.gpus)] -= placement.milli
+            n.class_counts[node, pod_class(pod.num_gpu, pod.gpu_milli)] += 1
+        n.cpu_left_milli[node] -= pod.cpu_milli
+        n.memory_left_mib[node] -= pod.memory_mib
+        self._refrag(node)
+
+    def unbind(self, placement: Placement, pod: PodRequest) -> None:
+        """Undo ``bind`` (a pod deleted): give back what it took."""
+        n, node = self.nodes, placement.node
+        if pod.num_gpu:
+            n.gpu_free_milli[node, list(placement.gpus)] += placement.milli
+            n.class_counts[node, pod_class(pod.num_gpu, pod.gpu_milli)] -= 1
+        n.cpu_left_milli[node] += pod.cpu_milli
+        n.memory_left_mib[node] += pod.memory_mib
+        self._refrag(node)
+
+
+class PlacementPolicy(Protocol):
+    """One placement policy; see the module docstring for the contract of each method."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def default_order(self) -> Order: ...
+
+    def score(self, nodes: NodeArrays, pod: PodRequest, shapes: TypicalShapes) -> Scores: ...
+
+    def select(self, scores: FloatArray, selector: Selector) -> int: ...
+
+    def gpus(
+        self, state: ClusterState, node: int, pod: PodRequest, hint: int, rng: np.random.Generator
+    ) -> tuple[int, ...]: ...
+
+    def choose(self, state: ClusterState, pod: PodRequest, selector: Selector) -> Placement | None: ...
+
+
+Scorer = Callable[[NodeArrays, PodRequest, TypicalShapes], Scores]
+
+
+@dataclass(frozen=True, kw_only=True)
+class ScoredPolicy:
+    """A policy made of a scoring function and the common node and GPU choice.
+
+    Node: highest score, then ``Order``, then ``TieMode``. GPUs: a shared pod takes the score's GPU;
+    a whole 1-GPU pod the lowest-index free GPU; a multi-GPU pod the exact allocator's set.
+    ``allocator_for_fresh_gpus`` also routes 1-GPU pods and shared pods that open a fresh GPU
+    through the allocator (keeps NVLink groups whole).
+    """
+
+    name: str
+    scorer: Scorer
+    default_order: Order = Order.NONE
+    allocator_for_fresh_gpus: bool = False
+
+    def score(self, nodes: NodeArrays, pod: PodRequest, shapes: TypicalShapes) -> Scores:
+        return self.scorer(nodes, pod, shapes)
+
+    def select(self, scores: FloatArray, selector: Selector) -> int:
+        node = int(scores.argmax())
+        best = scores[node]
+        if best == -np.inf:
+            return -1
+        key = selector.order_key
+        if key is None and selector.tie is TieMode.NODE_ORDER:
+            return node
+        tied = np.flatnonzero(scores == best)
+        if tied.size > 1 and key is not None:
+            sub = key[tied]
+            tied = tied[sub == sub.max()]
+            node = int(tied[0])
+        if tied.size > 1 and selector.tie is TieMode.RANDOM:
+            node = int(tied[selector.tie_rng.integers(tied.size)])
+        return node
+
+    def gpus(
+        self, state: ClusterState, node: int, pod: PodRequest, hint: int, rng: np.random.Generator
+    ) -> tuple[int, ...]:
+        del rng
+        k = pod.num_gpu
+        if not k:
+            return ()
+        row = state.nodes.gpu_free_milli[node]
+        count = int(state.nodes.gpu_count[node])
+        if pod.shared:
+            if self.allocator_for_fresh_gpus and row[hint] == MILLI:
+                return allocator_choice(count, bit_mask(row == MILLI), 1)[0][:1]
+            return (hint,)
+        fully = row == MILLI
+        if k == 1 and not self.allocator_for_fresh_gpus:
+            return (int(np.argmax(fully)),)
+        return allocator_choice(count, bit_mask(fully), k)[0]
+
+    def choose(self, state: ClusterState, pod: PodRequest, selector: Selector) -> Placement | None:
+        scores = self.score(state.nodes, pod, state.typical)
+        node = self.select(scores.score, selector)
+        if node < 0:
+            return None
+        gpus = self.gpus(state, node, pod, int(scores.gpu[node]), selector.policy_rng)
+        return Placement(node=node, gpus=gpus, milli=pod.gpu_milli)
+
+
+@dataclass(frozen=True, kw_only=True)
+class RandomPolicy(ScoredPolicy):
+    """A uniformly random feasible node and a random fitting GPU, from the policy's own stream.
+
+    With ``Order.CRC`` it becomes first-fit in CRC order (all feasible nodes score alike).
+    """
+
+    def select(self, scores: FloatArray, selector: Selector) -> int:
+        fits = np.flatnonzero(scores > -np.inf)
+        if not fits.size:
+            return -1
+        if selector.order_key is not None:
+            return int(fits[int(selector.order_key[fits].argmax())])
+        return int(fits[selector.policy_rng.integers(fits.size)])
+
+    def gpus(
+        self, state: ClusterState, node: int, pod: PodRequest, hint: int, rng: np.random.Generator
+    ) -> tuple[int, ...]:
+        if pod.shared:
+            room = np.flatnonzero(state.nodes.gpu_free_milli[node] >= pod.gpu_milli)
+            return (int(room[rng.integers(room.size)]),)
+        return super().gpus(state, node, pod, hint, rng)
+
+
+POLICIES: dict[Policy, PlacementPolicy] = {
+    Policy.RANDOM: RandomPolicy(name="random", scorer=score_random),
+    Policy.DOTPROD: ScoredPolicy(name="dotprod", scorer=score_dotprod),
+    Policy.CLUSTERING: ScoredPolicy(name="clustering", scorer=score_clustering),
+    Policy.PACKING: ScoredPolicy(name="packing", scorer=score_packing),
+    Policy.BESTFIT: ScoredPolicy(name="bestfit", scorer=score_bestfit),
+    Policy.FGD: ScoredPolicy(name="fgd", scorer=score_fgd),
+    Policy.KUBEGPU: ScoredPolicy(
+        name="kubegpu", scorer=score_kubegpu, default_order=Order.CRC, allocator_for_fresh_gpus=True
+    ),
+}
+
+
+def get_policy(name: str | Policy) -> PlacementPolicy:
+    """The registered policy called ``name``; raises ``InputError`` naming the known ones."""
+    try:
+        return POLICIES[Policy(name)]
+    except ValueError:
+        raise InputError(
+            f"unknown placement policy {str(name)!r}; choose from {', '.join(p.value for p in Policy)}"
+        ) from None
