@@ -10,13 +10,15 @@ from tests.e2e.rig.rig import NODE_NAME
 pytestmark = pytest.mark.e2e
 
 
-def test_node_is_ready_and_schedulable(cluster: Cluster) -> None:
+def test_node_is_ready_and_schedulable_on_the_versions_the_rig_builds(cluster: Cluster) -> None:
     node = cluster.get("node", NODE_NAME)
     ready = [c for c in node["status"]["conditions"] if c["type"] == "Ready"]
     assert ready and ready[0]["status"] == "True", ready
     assert not any(t["key"].startswith("node.kubernetes.io/") for t in node["spec"].get("taints", []))
-    assert node["status"]["nodeInfo"]["kubeletVersion"].startswith("v1.34.")
-    assert node["status"]["nodeInfo"]["containerRuntimeVersion"].startswith("containerd://")
+    info = node["status"]["nodeInfo"]
+    assert info["kubeletVersion"] == cluster.rig.paths.k8s_version
+    # The rig's own containerd 2.x (CDI), not Debian's 1.6.
+    assert info["containerRuntimeVersion"] == f"containerd://{cluster.rig.paths.containerd_version}"
 
 
 def test_busybox_pod_runs_and_its_log_reads_back(cluster: Cluster) -> None:
