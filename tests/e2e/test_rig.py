@@ -41,3 +41,27 @@ def test_pod_asking_for_an_unadvertised_extended_resource_stays_pending_as_insuf
     msg = cluster.wait_event(ns, "wants-nothing-here", "FailedScheduling", "Insufficient example.com/absent")
     assert "0/1 nodes are available" in msg
     assert cluster.pod_phase(ns, "wants-nothing-here") == "Pending"
+
+
+# What kubegpu's DRA driver (issue 14) needs from the API server: on by default in v1.37
+# (docs/testing.md "DRA features"); the rig adds no gates for them (rig.FEATURE_GATES).
+DRA_GATES = (
+    "DynamicResourceAllocation",
+    "DRADeviceTaints",
+    "DRAPartitionableDevices",
+    "DRAConsumableCapacity",
+    "DRAPrioritizedList",
+)
+
+
+def test_the_dra_features_the_driver_needs_are_on_and_resource_k8s_io_v1_is_served(cluster: Cluster) -> None:
+    enabled: dict[str, bool] = {}
+    for line in str(cluster.rig.api("/metrics")).splitlines():
+        if line.startswith("kubernetes_feature_enabled{"):
+            labels, value = line.rsplit(" ", 1)
+            name = labels.split('name="', 1)[1].split('"', 1)[0]
+            enabled[name] = value.strip() == "1"
+    assert {g: enabled.get(g) for g in DRA_GATES} == dict.fromkeys(DRA_GATES, True)
+    served = {r["name"] for r in cluster.rig.api("/apis/resource.k8s.io/v1")["resources"]}
+    assert {"deviceclasses", "resourceclaims", "resourceclaimtemplates", "resourceslices"} <= served
+    assert "devicetaintrules" in served, served  # DRADeviceTaintRules, GA in v1.37

@@ -130,6 +130,30 @@ VERSION_VARS = {
     "containerd": "KUBEGPU_RIG_CONTAINERD_VERSION",
 }
 CONTAINERD_CMDS = ("containerd", "containerd-shim-runc-v2", "ctr")
+# Feature gates the rig sets on every component, beyond the version's defaults (docs/testing.md "DRA
+# features" has the table). Empty: v1.37 enables every DRA feature kubegpu's driver uses by default.
+# KUBEGPU_RIG_FEATURE_GATES="A=true,B=false" replaces it for one run (to try an alpha gate).
+FEATURE_GATES: dict[str, bool] = {}
+
+
+def feature_gates() -> dict[str, bool]:
+    """The feature gates the rig sets on every component ({} when the version's defaults stand)."""
+    override = os.environ.get("KUBEGPU_RIG_FEATURE_GATES")
+    if override is None:
+        return dict(FEATURE_GATES)
+    gates: dict[str, bool] = {}
+    for item in filter(None, (i.strip() for i in override.split(","))):
+        name, sep, value = item.partition("=")
+        if not sep or value.lower() not in ("true", "false"):
+            raise RigError(f"KUBEGPU_RIG_FEATURE_GATES: {item!r} is not NAME=true or NAME=false")
+        gates[name.strip()] = value.lower() == "true"
+    return gates
+
+
+def _gate_flags() -> list[str]:
+    """`--feature-gates=A=true,B=false` for the control plane, or nothing."""
+    gates = feature_gates()
+    return ["--feature-gates=" + ",".join(f"{k}={str(v).lower()}" for k, v in gates.items())] if gates else []
 
 
 def load_versions(path: Path = VERSIONS_FILE, environ: dict[str, str] | None = None) -> dict[str, str]:
@@ -295,19 +319,31 @@ def _socket_answers(path: Path) -> bool:
     return True
 
 
-def _containerd_processes() -> list[tuple[int, str]]:
-    """(pid, executable) of every running containerd daemon (not shims) on this host."""
+def _containerd_processes() -> list[tuple[int, str, list[str]]]:
+    """(pid, executable, argv) of every running containerd daemon (not shims) on this host."""
     found = []
     for proc_dir in Path("/proc").iterdir():
         if not proc_dir.name.isdigit():
             continue
         try:
             exe = os.readlink(proc_dir / "exe")
+            argv = (proc_dir / "cmdline").read_bytes().decode(errors="replace").split("\0")
         except OSError:
             continue
         if Path(exe.removesuffix(" (deleted)")).name == "containerd":
-            found.append((int(proc_dir.name), exe))
+            found.append((int(proc_dir.name), exe, [a for a in argv if a]))
     return sorted(found)
+
+
+def _rig_state_of(argv: list[str]) -> Path | None:
+    """The state directory of the rig that started this containerd (its --config=<state>/containerd/
+    config.toml, with <state>/pids beside it), or None when no rig started it."""
+    for arg in argv:
+        if arg.startswith("--config="):
+            state = Path(arg.removeprefix("--config=")).parent.parent
+            if (state / "pids" / "containerd.pid").exists():
+                return state
+    return None
 
 
 def _foreign_containerd(paths: Paths) -> list[str]:
@@ -316,15 +352,22 @@ def _foreign_containerd(paths: Paths) -> list[str]:
     two runtimes fighting over containers, mounts and CNI. Called only while the rig is down."""
     problems = []
     own = Rig(paths=paths).pid("containerd")
-    for pid, exe in _containerd_processes():
+    for pid, exe, argv in _containerd_processes():
         if pid == own:
             continue
-        hint = (
-            "Debian's containerd service: stop it (`systemctl stop containerd`, or `kill "
-            f"{pid}`) and keep it disabled (`systemctl disable containerd`)"
-            if exe.startswith("/usr/bin/")
-            else f"stop it (`kill {pid}`) if no other cluster needs it"
-        )
+        state = _rig_state_of(argv)
+        if state is not None:
+            hint = (
+                f"another rig's (state {state}): rigs run one at a time (`flock /tmp/kubegpu-rig.lock`); "
+                f"stop it with `KUBEGPU_RIG_STATE={state} python3 -m tests.e2e.rig down`"
+            )
+        elif exe.startswith("/usr/bin/"):
+            hint = (
+                "Debian's containerd service: stop it (`systemctl stop containerd`, or `kill "
+                f"{pid}`) and keep it disabled (`systemctl disable containerd`)"
+            )
+        else:
+            hint = f"stop it (`kill {pid}`) if no other cluster needs it"
         problems.append(f"a containerd the rig did not start is running (pid {pid}, {exe}): {hint}")
     for sock in (paths.containerd_sock, DEBIAN_CONTAINERD_SOCK):
         if not problems and own is None and sock.exists() and _socket_answers(sock):
@@ -710,6 +753,7 @@ class Rig:
                 "--kubelet-preferred-address-types=InternalIP,Hostname",
                 "--allow-privileged=true",
                 "--profiling=false",
+                *_gate_flags(),
                 "--v=1",
             ],
         )
@@ -742,6 +786,7 @@ class Rig:
                 "--use-service-account-credentials=true",
                 "--bind-address=127.0.0.1",
                 f"--service-cluster-ip-range={SERVICE_RANGE}",
+                *_gate_flags(),
                 "--v=1",
             ],
         )
@@ -766,6 +811,7 @@ class Rig:
                 f"--authentication-kubeconfig={sched_dir / 'kubeconfig'}",
                 f"--authorization-kubeconfig={sched_dir / 'kubeconfig'}",
                 "--bind-address=127.0.0.1",
+                *_gate_flags(),
                 "--v=1",
             ],
         )
@@ -913,7 +959,7 @@ state = '{d / "state"}'
             self.import_image(tar, tag)
 
     def _kubelet_config(self, ip: str) -> dict[str, Any]:
-        return {
+        config = {
             "apiVersion": "kubelet.config.k8s.io/v1beta1",
             "kind": "KubeletConfiguration",
             "cgroupDriver": "cgroupfs",
@@ -938,6 +984,9 @@ state = '{d / "state"}'
             "rotateCertificates": False,
             "serverTLSBootstrap": False,
         }
+        if feature_gates():
+            config["featureGates"] = feature_gates()
+        return config
 
     def kubelet_argv(self) -> list[str]:
         d = self.paths.component_dir("kubelet")

@@ -92,10 +92,25 @@ def test_a_containerd_the_rig_did_not_start_is_named_with_its_pid(fake_host: Pat
 def test_debians_containerd_service_is_named_with_how_to_stop_it(
     fake_host: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(rigmod, "_containerd_processes", lambda: [(4242, "/usr/bin/containerd")])
+    monkeypatch.setattr(
+        rigmod, "_containerd_processes", lambda: [(4242, "/usr/bin/containerd", ["/usr/bin/containerd"])]
+    )
     (problem,) = rigmod._foreign_containerd(rigmod.Paths.from_env())
     assert "pid 4242" in problem and "Debian's containerd service" in problem
     assert "systemctl stop containerd" in problem
+
+
+def test_another_rigs_containerd_is_named_with_that_rigs_state_dir(
+    fake_host: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    other = tmp_path / "other-rig"
+    (other / "pids").mkdir(parents=True)
+    (other / "pids" / "containerd.pid").write_text("4243 1\n")
+    argv = ["/usr/bin/containerd", f"--config={other / 'containerd' / 'config.toml'}"]
+    monkeypatch.setattr(rigmod, "_containerd_processes", lambda: [(4243, "/usr/bin/containerd", argv)])
+    (problem,) = rigmod._foreign_containerd(rigmod.Paths.from_env())
+    assert "pid 4243" in problem and f"another rig's (state {other})" in problem
+    assert f"KUBEGPU_RIG_STATE={other} python3 -m tests.e2e.rig down" in problem
 
 
 def test_a_live_socket_where_the_rig_puts_containerds_is_named(
