@@ -926,7 +926,11 @@ state = '{d / "state"}'
 
         def cri_ok() -> bool:
             self._check_alive("containerd")
-            out = self.ctr("plugins", "ls").stdout
+            # containerd 2.x's ctr fails at once while the socket does not exist yet (1.6's waited).
+            proc = self.ctr("plugins", "ls", check=False)
+            if proc.returncode != 0:
+                return False
+            out = proc.stdout
             return any(
                 line.split()[:2] == ["io.containerd.grpc.v1", "cri"] and line.split()[-1] == "ok"
                 for line in out.splitlines()
