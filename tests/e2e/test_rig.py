@@ -17,8 +17,10 @@ def test_node_is_ready_and_schedulable_on_the_versions_the_rig_builds(cluster: C
     assert not any(t["key"].startswith("node.kubernetes.io/") for t in node["spec"].get("taints", []))
     info = node["status"]["nodeInfo"]
     assert info["kubeletVersion"] == cluster.rig.paths.k8s_version
-    # The rig's own containerd 2.x (CDI), not Debian's 1.6.
-    assert info["containerRuntimeVersion"] == f"containerd://{cluster.rig.paths.containerd_version}"
+    # The rig's own containerd 2.x (CDI), not Debian's 1.6; the CRI reports the version without its "v".
+    assert (
+        info["containerRuntimeVersion"] == f"containerd://{cluster.rig.paths.containerd_version.lstrip('v')}"
+    )
 
 
 def test_busybox_pod_runs_and_its_log_reads_back(cluster: Cluster) -> None:
