@@ -69,13 +69,13 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         problems = preflight(paths, binaries=False)
         if problems:
             _stop_session("the rig cannot start on this host:\n" + "\n".join(f"  - {p}" for p in problems))
-    if not all(paths.bin(n).exists() for n in ("etcd", "kube-apiserver", "kubelet", "kubectl")):
+    if not all(b.exists() for b in paths.all_bins()):
         if not (shutil.which("go") or Path("/usr/local/go/bin/go").exists()):
             return  # the rig fixture reports it (a skip on a developer machine, a failure in CI)
         say(
             session.config,
-            f"[e2e] building Kubernetes {paths.k8s_version} and etcd {paths.etcd_version} "
-            f"into {paths.cache} (cold: about 20 minutes on 2 cores)",
+            f"[e2e] building Kubernetes {paths.k8s_version}, etcd {paths.etcd_version} and containerd "
+            f"{paths.containerd_version} into {paths.cache} (cold: about 20 minutes on 2 cores)",
         )
     capman = session.config.pluginmanager.getplugin("capturemanager")
     with capman.global_and_fixture_disabled() if capman is not None else contextlib.nullcontext():
@@ -124,7 +124,7 @@ def rig(request: pytest.FixtureRequest) -> Iterator[Rig]:
     if os.geteuid() != 0:
         cannot_run("the rig needs root (containerd, runc, kubelet); run `sudo make e2e`")
     r = Rig()
-    have_bins = all(r.paths.bin(n).exists() for n in ("etcd", "kube-apiserver", "kubelet", "kubectl"))
+    have_bins = all(b.exists() for b in r.paths.all_bins())
     if not have_bins and not (shutil.which("go") or Path("/usr/local/go/bin/go").exists()):
         cannot_run(f"no cached Kubernetes binaries under {r.paths.cache} and no Go toolchain to build them")
     _current_logs.append(r.log_tails)
@@ -138,8 +138,8 @@ def rig(request: pytest.FixtureRequest) -> Iterator[Rig]:
             build_s = _build["seconds"] if "seconds" in _build else build(r.paths)
             say(
                 request.config,
-                f"[e2e] rig build (Kubernetes {r.paths.k8s_version}, etcd "
-                f"{r.paths.etcd_version}): {build_s:.1f} s",
+                f"[e2e] rig build (Kubernetes {r.paths.k8s_version}, etcd {r.paths.etcd_version}, "
+                f"containerd {r.paths.containerd_version}): {build_s:.1f} s",
             )
             r.up()
             started_here = True

@@ -10,13 +10,17 @@ from tests.e2e.rig.rig import NODE_NAME
 pytestmark = pytest.mark.e2e
 
 
-def test_node_is_ready_and_schedulable(cluster: Cluster) -> None:
+def test_node_is_ready_and_schedulable_on_the_versions_the_rig_builds(cluster: Cluster) -> None:
     node = cluster.get("node", NODE_NAME)
     ready = [c for c in node["status"]["conditions"] if c["type"] == "Ready"]
     assert ready and ready[0]["status"] == "True", ready
     assert not any(t["key"].startswith("node.kubernetes.io/") for t in node["spec"].get("taints", []))
-    assert node["status"]["nodeInfo"]["kubeletVersion"].startswith("v1.34.")
-    assert node["status"]["nodeInfo"]["containerRuntimeVersion"].startswith("containerd://")
+    info = node["status"]["nodeInfo"]
+    assert info["kubeletVersion"] == cluster.rig.paths.k8s_version
+    # The rig's own containerd 2.x (CDI), not Debian's 1.6; the CRI reports the version without its "v".
+    assert (
+        info["containerRuntimeVersion"] == f"containerd://{cluster.rig.paths.containerd_version.lstrip('v')}"
+    )
 
 
 def test_busybox_pod_runs_and_its_log_reads_back(cluster: Cluster) -> None:
@@ -39,3 +43,27 @@ def test_pod_asking_for_an_unadvertised_extended_resource_stays_pending_as_insuf
     msg = cluster.wait_event(ns, "wants-nothing-here", "FailedScheduling", "Insufficient example.com/absent")
     assert "0/1 nodes are available" in msg
     assert cluster.pod_phase(ns, "wants-nothing-here") == "Pending"
+
+
+# What kubegpu's DRA driver (issue 14) needs from the API server: on by default in v1.37
+# (docs/testing.md "DRA features"); the rig adds no gates for them (rig.FEATURE_GATES).
+DRA_GATES = (
+    "DynamicResourceAllocation",
+    "DRADeviceTaints",
+    "DRAPartitionableDevices",
+    "DRAConsumableCapacity",
+    "DRAPrioritizedList",
+)
+
+
+def test_the_dra_features_the_driver_needs_are_on_and_resource_k8s_io_v1_is_served(cluster: Cluster) -> None:
+    enabled: dict[str, bool] = {}
+    for line in str(cluster.rig.api("/metrics")).splitlines():
+        if line.startswith("kubernetes_feature_enabled{"):
+            labels, value = line.rsplit(" ", 1)
+            name = labels.split('name="', 1)[1].split('"', 1)[0]
+            enabled[name] = value.strip() == "1"
+    assert {g: enabled.get(g) for g in DRA_GATES} == dict.fromkeys(DRA_GATES, True)
+    served = {r["name"] for r in cluster.rig.api("/apis/resource.k8s.io/v1")["resources"]}
+    assert {"deviceclasses", "resourceclaims", "resourceclaimtemplates", "resourceslices"} <= served
+    assert "devicetaintrules" in served, served  # DRADeviceTaintRules, GA in v1.37

@@ -1,16 +1,23 @@
 #!/usr/bin/env bash
-# Build the rig's Kubernetes and etcd binaries from Go modules, cached by version.
+# Build the rig's Kubernetes, etcd and containerd binaries from Go modules, cached by version.
 #
 # Why: there is no Docker engine and no release tarball download here; the Go module proxy is reachable,
-# so kube-apiserver, kube-controller-manager, kube-scheduler, kubelet, kubectl and etcd are compiled from
-# source through small wrapper modules (k8s.io/kubernetes needs staging `replace` directives; etcd's
-# server module is `package main` with local replaces, so `go install` refuses it).
+# so kube-apiserver, kube-controller-manager, kube-scheduler, kubelet, kubectl, etcd, containerd,
+# containerd-shim-runc-v2 and ctr are compiled from source through small wrapper modules (k8s.io/kubernetes
+# needs staging `replace` directives; etcd's server module is `package main` with local replaces, so
+# `go install` refuses it; containerd's commands are built from one wrapper the same way).
 #
-# Output: $KUBEGPU_RIG_CACHE/bin/k8s-<ver>/{kube-apiserver,...,kubectl} and bin/etcd-<ver>/etcd.
+# Versions: tests/e2e/rig/versions.env (one line each); the environment variables of the same names
+# (KUBEGPU_RIG_K8S_VERSION, KUBEGPU_RIG_ETCD_VERSION, KUBEGPU_RIG_CONTAINERD_VERSION) override it.
 #
-# Safe to run twice at once on one cache: a lock ($CACHE/.build.lock) serialises builds, and the second
-# one finds the first one's binaries. Each binary is built under a temporary name and renamed into place
-# (atomic), so a binary at its final path is always whole. Before saying "finished", every binary is run
+# Output: $KUBEGPU_RIG_CACHE/bin/k8s-<ver>/{kube-apiserver,...,kubectl}, bin/etcd-<ver>/etcd and
+# bin/containerd-<ver>/{containerd,containerd-shim-runc-v2,ctr}.
+#
+# Safe to run twice at once on one cache: one lock per output directory ($CACHE/.build-<dir>.lock, taken
+# only when something there must be built) serialises builds of the same version, and the second one
+# finds the first one's binaries; a build of one version never waits for a build of another. Each binary
+# is built under a temporary name and renamed into place (atomic), so a binary at its final path is always
+# whole. Before saying "finished", every binary is run
 # once (`--version`) and must report the expected version; a cached binary that fails this is rebuilt,
 # and one that fails after its build stops the build with one line naming it. A warm run returns at once.
 # Long `go build` steps print a progress line at least every 30 s.
@@ -22,8 +29,23 @@ if [ -z "${HOME:-}" ]; then
   export HOME
 fi
 
-K8S_VERSION="${KUBEGPU_RIG_K8S_VERSION:-v1.34.4}"
-ETCD_VERSION="${KUBEGPU_RIG_ETCD_VERSION:-v3.6.16}"
+log() { printf '[rig-build %s] %s\n' "$(date -u +%H:%M:%S)" "$*" >&2; }
+die() { log "FAILED: $*"; exit 1; }
+
+# versions.env: NAME=value lines; a variable already set in the environment wins.
+VERSIONS_FILE="${KUBEGPU_RIG_VERSIONS_FILE:-$(dirname "${BASH_SOURCE[0]}")/versions.env}"
+[[ -f "$VERSIONS_FILE" ]] || die "no versions file $VERSIONS_FILE"
+while IFS= read -r line || [[ -n "$line" ]]; do
+  line="${line%%#*}"
+  [[ "$line" =~ ^[[:space:]]*(KUBEGPU_RIG_[A-Z0-9_]+)=([^[:space:]]+)[[:space:]]*$ ]] || continue
+  [[ -n "${!BASH_REMATCH[1]:-}" ]] || printf -v "${BASH_REMATCH[1]}" '%s' "${BASH_REMATCH[2]}"
+done < "$VERSIONS_FILE"
+for v in KUBEGPU_RIG_K8S_VERSION KUBEGPU_RIG_ETCD_VERSION KUBEGPU_RIG_CONTAINERD_VERSION; do
+  [[ -n "${!v:-}" ]] || die "$VERSIONS_FILE sets no $v (and the environment does not either)"
+done
+K8S_VERSION="$KUBEGPU_RIG_K8S_VERSION"
+ETCD_VERSION="$KUBEGPU_RIG_ETCD_VERSION"
+CONTAINERD_VERSION="$KUBEGPU_RIG_CONTAINERD_VERSION"
 CACHE="${KUBEGPU_RIG_CACHE:-$HOME/.cache/kubegpu-rig}"
 GO="${GO:-$(command -v go || echo /usr/local/go/bin/go)}"
 # Low priority and one package at a time by default (the build machine is shared); set
@@ -36,10 +58,9 @@ PROGRESS_S="${KUBEGPU_RIG_PROGRESS_S:-30}"
 
 K8S_BIN="$CACHE/bin/k8s-$K8S_VERSION"
 ETCD_BIN="$CACHE/bin/etcd-$ETCD_VERSION"
+CONTAINERD_BIN="$CACHE/bin/containerd-$CONTAINERD_VERSION"
 K8S_CMDS=(kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl)
-
-log() { printf '[rig-build %s] %s\n' "$(date -u +%H:%M:%S)" "$*" >&2; }
-die() { log "FAILED: $*"; exit 1; }
+CONTAINERD_CMDS=(containerd containerd-shim-runc-v2 ctr)
 
 # The version a binary reports, or nothing when it cannot run. $2: which program it is (default: its name).
 reported_version() {
@@ -48,6 +69,10 @@ reported_version() {
   case "$name" in
     kubectl) timeout 20 "$bin" version --client 2>/dev/null | sed -n 's/^Client Version: //p' | head -1 ;;
     etcd) timeout 20 "$bin" --version 2>/dev/null | sed -n 's/^etcd Version: //p' | head -1 ;;
+    # "containerd github.com/containerd/containerd/v2 v2.4.2 <revision>", "ctr github.com/... v2.4.2"
+    containerd | ctr) timeout 20 "$bin" --version 2>/dev/null | awk 'NR == 1 {print $3}' ;;
+    # "containerd-shim-runc-v2:" then "  Version:  v2.4.2"
+    containerd-shim-runc-v2) timeout 20 "$bin" -v 2>/dev/null | sed -n 's/^ *Version: *//p' | head -1 ;;
     *) timeout 20 "$bin" --version 2>/dev/null | sed -n 's/^Kubernetes //p' | head -1 ;;
   esac || true
 }
@@ -135,18 +160,28 @@ GO
     || die "kubernetes $K8S_VERSION: go mod tidy failed (output above)"
 }
 
-build_k8s() {
-  local c todo=()
-  for c in "${K8S_CMDS[@]}"; do
-    if version_ok "$K8S_BIN/$c" "$K8S_VERSION"; then continue; fi
-    [[ -e "$K8S_BIN/$c" ]] && log "kubernetes $K8S_VERSION: cached $c does not run or has another version; rebuilding it"
-    todo+=("$c")
+# Which of the binaries $4... in directory $1 do not run or report another version than $2 (one per
+# line). $3 is --say (log each one that exists but is stale as being rebuilt) or --quiet.
+stale() {
+  local dir=$1 want=$2 say=$3 c; shift 3
+  for c in "$@"; do
+    version_ok "$dir/$c" "$want" && continue
+    [[ "$say" == --say && -e "$dir/$c" ]] && log "cached $dir/$c does not run or has another version; rebuilding it"
+    echo "$c"
   done
-  if (( ${#todo[@]} == 0 )); then log "kubernetes $K8S_VERSION: cached in $K8S_BIN"; return; fi
+}
+
+build_k8s() {
+  [[ -n "$(stale "$K8S_BIN" "$K8S_VERSION" --quiet "${K8S_CMDS[@]}")" ]] \
+    || { log "kubernetes $K8S_VERSION: cached in $K8S_BIN"; return; }
+  lock_dir "$K8S_BIN"
+  local todo=()
+  mapfile -t todo < <(stale "$K8S_BIN" "$K8S_VERSION" --say "${K8S_CMDS[@]}")
+  if (( ${#todo[@]} == 0 )); then unlock_dir; log "kubernetes $K8S_VERSION: cached in $K8S_BIN"; return; fi
   local t0=$SECONDS minor w="$CACHE/src/k8s-$K8S_VERSION"
   minor="$(echo "$K8S_VERSION" | cut -d. -f2)"
   prepare_k8s_module "$w" "$minor"
-  local vpkg ldf date
+  local vpkg ldf date c
   date="$(date -u +%Y-%m-%dT%H:%M:%SZ)"
   ldf="-s -w"
   for vpkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
@@ -157,12 +192,17 @@ build_k8s() {
     build_one "kubernetes $K8S_VERSION: $c" "$K8S_BIN/$c" "$K8S_VERSION" \
       -trimpath -tags selinux,notest,grpcnotrace -ldflags "$ldf" "k8s.io/kubernetes/cmd/$c"
   done
+  unlock_dir
   log "kubernetes $K8S_VERSION: ${#todo[@]} binaries built in $((SECONDS - t0)) s"
 }
 
 build_etcd() {
-  if version_ok "$ETCD_BIN/etcd" "$ETCD_VERSION"; then log "etcd $ETCD_VERSION: cached in $ETCD_BIN"; return; fi
-  [[ -e "$ETCD_BIN/etcd" ]] && log "etcd $ETCD_VERSION: cached etcd does not run or has another version; rebuilding it"
+  [[ -n "$(stale "$ETCD_BIN" "$ETCD_VERSION" --quiet etcd)" ]] \
+    || { log "etcd $ETCD_VERSION: cached in $ETCD_BIN"; return; }
+  lock_dir "$ETCD_BIN"
+  if [[ -z "$(stale "$ETCD_BIN" "$ETCD_VERSION" --say etcd)" ]]; then
+    unlock_dir; log "etcd $ETCD_VERSION: cached in $ETCD_BIN"; return
+  fi
   local t0=$SECONDS w="$CACHE/src/etcd-$ETCD_VERSION"
   mkdir -p "$w"
   cd "$w"
@@ -180,40 +220,89 @@ GO
     || die "etcd $ETCD_VERSION: go mod tidy failed (output above)"
   build_one "etcd $ETCD_VERSION" "$ETCD_BIN/etcd" "$ETCD_VERSION" \
     -trimpath -ldflags "-s -w" go.etcd.io/etcd/server/v3
+  unlock_dir
   log "etcd $ETCD_VERSION: tidy and build took $((SECONDS - t0)) s"
+}
+
+# containerd 2.x, its runc shim and ctr, from github.com/containerd/containerd/v2 (no replaces upstream,
+# so a wrapper that requires it resolves to upstream's own dependency versions). CGO_ENABLED=0 like the
+# rest: the btrfs snapshotter is the one part that needs cgo and drops out by itself; devmapper and zfs
+# are left out (no_devmapper, no_zfs) because the rig uses overlayfs. Tags and the shim's no_grpc follow
+# upstream's Makefile; the -X flags give `--version` the release's version (upstream sets them likewise).
+build_containerd() {
+  [[ -n "$(stale "$CONTAINERD_BIN" "$CONTAINERD_VERSION" --quiet "${CONTAINERD_CMDS[@]}")" ]] \
+    || { log "containerd $CONTAINERD_VERSION: cached in $CONTAINERD_BIN"; return; }
+  lock_dir "$CONTAINERD_BIN"
+  local todo=()
+  mapfile -t todo < <(stale "$CONTAINERD_BIN" "$CONTAINERD_VERSION" --say "${CONTAINERD_CMDS[@]}")
+  if (( ${#todo[@]} == 0 )); then
+    unlock_dir; log "containerd $CONTAINERD_VERSION: cached in $CONTAINERD_BIN"; return
+  fi
+  local t0=$SECONDS w="$CACHE/src/containerd-$CONTAINERD_VERSION" pkg=github.com/containerd/containerd/v2
+  mkdir -p "$w"
+  cd "$w"
+  log "containerd $CONTAINERD_VERSION: preparing wrapper module in $w"
+  [[ -f go.mod ]] || "$GO" mod init kubegpu.local/rig-containerd >/dev/null 2>&1
+  "$GO" mod edit -go=1.24 -require="$pkg@$CONTAINERD_VERSION"
+  cat > tools.go <<'GO'
+//go:build tools
+
+package tools
+
+import (
+	_ "github.com/containerd/containerd/v2/cmd/containerd"
+	_ "github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2"
+	_ "github.com/containerd/containerd/v2/cmd/ctr"
+)
+GO
+  log "containerd $CONTAINERD_VERSION: go mod tidy"
+  with_progress "containerd $CONTAINERD_VERSION: go mod tidy" nice -n "$NICE" "$GO" mod tidy \
+    || die "containerd $CONTAINERD_VERSION: go mod tidy failed (output above)"
+  local ldf="-s -w -X $pkg/version.Version=$CONTAINERD_VERSION -X $pkg/version.Revision=module"
+  local tags="urfave_cli_no_docs,no_btrfs,no_devmapper,no_zfs" c
+  for c in "${todo[@]}"; do
+    build_one "containerd $CONTAINERD_VERSION: $c" "$CONTAINERD_BIN/$c" "$CONTAINERD_VERSION" \
+      -trimpath -tags "$tags$([[ $c == containerd-shim-runc-v2 ]] && echo ,no_grpc)" -ldflags "$ldf" "$pkg/cmd/$c"
+  done
+  unlock_dir
+  log "containerd $CONTAINERD_VERSION: ${#todo[@]} binaries built in $((SECONDS - t0)) s"
 }
 
 # Every binary runs and reports its version, or the build has not finished.
 verify_all() {
-  local c
-  version_ok "$ETCD_BIN/etcd" "$ETCD_VERSION" || die "$ETCD_BIN/etcd is missing or does not run"
-  for c in "${K8S_CMDS[@]}"; do
-    version_ok "$K8S_BIN/$c" "$K8S_VERSION" || die "$K8S_BIN/$c is missing or does not run"
-  done
-  log "verified: etcd $ETCD_VERSION and ${K8S_CMDS[*]} $K8S_VERSION run and report their versions"
+  local bad
+  bad="$(stale "$ETCD_BIN" "$ETCD_VERSION" --quiet etcd | sed "s|^|$ETCD_BIN/|")"
+  bad+="$(stale "$CONTAINERD_BIN" "$CONTAINERD_VERSION" --quiet "${CONTAINERD_CMDS[@]}" | sed "s|^|$CONTAINERD_BIN/|")"
+  bad+="$(stale "$K8S_BIN" "$K8S_VERSION" --quiet "${K8S_CMDS[@]}" | sed "s|^|$K8S_BIN/|")"
+  [[ -z "$bad" ]] || die "$(echo "$bad" | head -1) is missing or does not run"
+  log "verified: etcd $ETCD_VERSION, ${CONTAINERD_CMDS[*]} $CONTAINERD_VERSION and ${K8S_CMDS[*]} $K8S_VERSION run and report their versions"
 }
 
-lock_cache() {
+# Take the lock of one output directory (fd 9) before building into it; unlock_dir releases it.
+lock_dir() {
+  local lock
+  lock="$CACHE/.build-$(basename "$1").lock"
   mkdir -p "$CACHE"
-  exec 9>"$CACHE/.build.lock"
+  exec 9>"$lock"
   if ! flock -n 9; then
-    log "another rig build holds $CACHE/.build.lock; waiting for it"
+    log "another rig build holds $lock; waiting for it"
     flock 9
     log "the other build finished; checking what it left"
   fi
 }
+unlock_dir() { exec 9>&-; }
 
 case "${1:-all}" in
-  all | etcd | k8s) ;;
-  print-bin) echo "$K8S_BIN $ETCD_BIN"; exit 0 ;;
-  *) echo "usage: $0 [all|etcd|k8s|print-bin]" >&2; exit 2 ;;
+  all | etcd | k8s | containerd) ;;
+  print-bin) echo "$K8S_BIN $ETCD_BIN $CONTAINERD_BIN"; exit 0 ;;
+  *) echo "usage: $0 [all|etcd|k8s|containerd|print-bin]" >&2; exit 2 ;;
 esac
-[[ -x "$GO" ]] || die "no Go toolchain (looked for 'go' on PATH and at $GO); install Go >= 1.24 or set GO"
+[[ -x "$GO" ]] || die "no Go toolchain (looked for 'go' on PATH and at $GO); install Go >= 1.26 or set GO"
 T0=$SECONDS
-lock_cache
 case "${1:-all}" in
-  all) build_etcd; build_k8s; verify_all ;;
+  all) build_etcd; build_containerd; build_k8s; verify_all ;;
   etcd) build_etcd ;;
   k8s) build_k8s ;;
+  containerd) build_containerd ;;
 esac
-log "rig build finished in $((SECONDS - T0)) s (kubernetes $K8S_VERSION, etcd $ETCD_VERSION)"
+log "rig build finished in $((SECONDS - T0)) s (kubernetes $K8S_VERSION, etcd $ETCD_VERSION, containerd $CONTAINERD_VERSION)"

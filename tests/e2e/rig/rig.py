@@ -5,7 +5,10 @@ etcd, kube-apiserver, kube-controller-manager, kube-scheduler, containerd and th
 processes, each with its own state directory, log file and PID file under the rig's state directory
 (`KUBEGPU_RIG_STATE`, default /var/lib/kubegpu-rig), and stops exactly those processes again.
 
-The kubelet's root directory is /var/lib/kubelet because kubelet v1.34 hard-codes its device-plugin
+Versions: versions.env beside this file (read by build.sh too); all binaries, containerd's included, are
+built from Go modules by build.sh. Debian's containerd package is never used or started.
+
+The kubelet's root directory is /var/lib/kubelet because the kubelet hard-codes its device-plugin
 socket directory to /var/lib/kubelet/device-plugins/ (pkg/kubelet/cm/devicemanager NewManagerImpl);
 `up` refuses to start if that directory exists without the rig's marker file, and `down` only removes it
 when the marker is there.
@@ -37,6 +40,8 @@ from . import images
 HERE = Path(__file__).resolve().parent
 KUBELET_ROOT = Path("/var/lib/kubelet")
 DEVICE_PLUGIN_DIR = KUBELET_ROOT / "device-plugins"
+# Where containerd reads CDI specs (static, then dynamic; later wins): a DRA driver writes to the second.
+CDI_SPEC_DIRS = (Path("/etc/cdi"), Path("/var/run/cdi"))
 MARKER = ".kubegpu-rig"
 NODE_NAME = "kubegpu-rig"
 BRIDGE = "kubegpu0"
@@ -49,8 +54,8 @@ ETCD_PEER_PORT = 2380
 # Start order; `down` stops in reverse.
 COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "containerd", "kubelet")
 REQUIRED_PACKAGES = {
-    # command or file that proves the package is there -> Debian package
-    "/usr/bin/containerd": "containerd",
+    # command or file that proves the package is there -> Debian package. containerd itself is built
+    # (build.sh); its shim runs Debian's runc (1.1.5 on bookworm; see docs/testing.md on the choice).
     "/usr/sbin/runc": "runc",
     "/usr/lib/cni/bridge": "containernetworking-plugins",
     "/bin/busybox": "busybox-static",
@@ -126,6 +131,61 @@ def node_ip() -> str:
     raise RigError("no non-loopback IPv4 address on this host; the kubelet needs one for --node-ip")
 
 
+VERSIONS_FILE = HERE / "versions.env"
+VERSION_VARS = {
+    "k8s": "KUBEGPU_RIG_K8S_VERSION",
+    "etcd": "KUBEGPU_RIG_ETCD_VERSION",
+    "containerd": "KUBEGPU_RIG_CONTAINERD_VERSION",
+}
+CONTAINERD_CMDS = ("containerd", "containerd-shim-runc-v2", "ctr")
+# Feature gates the rig sets on every component, beyond the version's defaults (docs/testing.md "DRA
+# features" has the table). Empty: v1.37 enables every DRA feature kubegpu's driver uses by default.
+# KUBEGPU_RIG_FEATURE_GATES="A=true,B=false" replaces it for one run (to try an alpha gate).
+FEATURE_GATES: dict[str, bool] = {}
+
+
+def feature_gates() -> dict[str, bool]:
+    """The feature gates the rig sets on every component ({} when the version's defaults stand)."""
+    override = os.environ.get("KUBEGPU_RIG_FEATURE_GATES")
+    if override is None:
+        return dict(FEATURE_GATES)
+    gates: dict[str, bool] = {}
+    for item in filter(None, (i.strip() for i in override.split(","))):
+        name, sep, value = item.partition("=")
+        if not sep or value.lower() not in ("true", "false"):
+            raise RigError(f"KUBEGPU_RIG_FEATURE_GATES: {item!r} is not NAME=true or NAME=false")
+        gates[name.strip()] = value.lower() == "true"
+    return gates
+
+
+def _gate_flags() -> list[str]:
+    """`--feature-gates=A=true,B=false` for the control plane, or nothing."""
+    gates = feature_gates()
+    return ["--feature-gates=" + ",".join(f"{k}={str(v).lower()}" for k, v in gates.items())] if gates else []
+
+
+def load_versions(path: Path = VERSIONS_FILE, environ: dict[str, str] | None = None) -> dict[str, str]:
+    """The rig's component versions ({"k8s": "v1.37.2", ...}): versions.env's NAME=value lines (the
+    same file build.sh reads), each overridden by an environment variable of the same name."""
+    env = os.environ if environ is None else environ
+    found: dict[str, str] = {}
+    try:
+        lines = path.read_text().splitlines()
+    except OSError as exc:
+        raise RigError(f"cannot read the rig's versions file {path}: {exc.strerror}") from exc
+    for line in lines:
+        key, sep, value = line.split("#", 1)[0].strip().partition("=")
+        if sep and key.startswith("KUBEGPU_RIG_") and value.strip():
+            found[key] = value.strip()
+    versions: dict[str, str] = {}
+    for component, var in VERSION_VARS.items():
+        value = env.get(var) or found.get(var)
+        if not value:
+            raise RigError(f"{path} sets no {var} (and the environment does not either)")
+        versions[component] = value
+    return versions
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Paths:
     """Where the rig keeps binaries (cache) and everything it creates (state)."""
@@ -134,21 +194,31 @@ class Paths:
     cache: Path
     k8s_version: str
     etcd_version: str
+    containerd_version: str
 
     @classmethod
     def from_env(cls) -> Paths:
         cache = Path(os.environ.get("KUBEGPU_RIG_CACHE", Path.home() / ".cache" / "kubegpu-rig"))
+        versions = load_versions()
         return cls(
             state=Path(os.environ.get("KUBEGPU_RIG_STATE", "/var/lib/kubegpu-rig")),
             cache=cache,
-            k8s_version=os.environ.get("KUBEGPU_RIG_K8S_VERSION", "v1.34.4"),
-            etcd_version=os.environ.get("KUBEGPU_RIG_ETCD_VERSION", "v3.6.16"),
+            k8s_version=versions["k8s"],
+            etcd_version=versions["etcd"],
+            containerd_version=versions["containerd"],
         )
 
     def bin(self, name: str) -> Path:
         if name == "etcd":
             return self.cache / "bin" / f"etcd-{self.etcd_version}" / "etcd"
+        if name in CONTAINERD_CMDS:
+            return self.cache / "bin" / f"containerd-{self.containerd_version}" / name
         return self.cache / "bin" / f"k8s-{self.k8s_version}" / name
+
+    def all_bins(self) -> list[Path]:
+        """Every binary build.sh makes; the rig needs all of them."""
+        k8s = ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet", "kubectl")
+        return [self.bin(n) for n in ("etcd", *CONTAINERD_CMDS, *k8s)]
 
     @property
     def pki(self) -> Path:
@@ -185,14 +255,15 @@ def build(paths: Paths) -> float:
     t0 = time.monotonic()
     env = dict(os.environ)
     env.setdefault("KUBEGPU_RIG_CACHE", str(paths.cache))
-    env["KUBEGPU_RIG_K8S_VERSION"] = paths.k8s_version
-    env["KUBEGPU_RIG_ETCD_VERSION"] = paths.etcd_version
+    env[VERSION_VARS["k8s"]] = paths.k8s_version
+    env[VERSION_VARS["etcd"]] = paths.etcd_version
+    env[VERSION_VARS["containerd"]] = paths.containerd_version
     if not shutil.which("go", path=env.get("PATH")) and Path("/usr/local/go/bin/go").exists():
         env["PATH"] = "/usr/local/go/bin:" + env.get("PATH", "")
     proc = subprocess.run([str(HERE / "build.sh"), "all"], env=env, check=False)
     if proc.returncode != 0:
         raise RigError(
-            f"building Kubernetes/etcd failed (exit {proc.returncode}); see the build output above"
+            f"building Kubernetes/etcd/containerd failed (exit {proc.returncode}); see the build output above"
         )
     return time.monotonic() - t0
 
@@ -243,6 +314,78 @@ def _foreign_kubelet_root() -> str | None:
     )
 
 
+DEBIAN_CONTAINERD_SOCK = Path("/run/containerd/containerd.sock")
+
+
+def _socket_answers(path: Path) -> bool:
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.settimeout(1)
+        try:
+            s.connect(str(path))
+        except OSError:
+            return False
+    return True
+
+
+def _containerd_processes() -> list[tuple[int, str, list[str]]]:
+    """(pid, executable, argv) of every running containerd daemon (not shims) on this host."""
+    found = []
+    for proc_dir in Path("/proc").iterdir():
+        if not proc_dir.name.isdigit():
+            continue
+        try:
+            exe = os.readlink(proc_dir / "exe")
+            argv = (proc_dir / "cmdline").read_bytes().decode(errors="replace").split("\0")
+        except OSError:
+            continue
+        if Path(exe.removesuffix(" (deleted)")).name == "containerd":
+            found.append((int(proc_dir.name), exe, [a for a in argv if a]))
+    return sorted(found)
+
+
+def _rig_state_of(argv: list[str]) -> Path | None:
+    """The state directory of the rig that started this containerd (its --config=<state>/containerd/
+    config.toml, with <state>/pids beside it), or None when no rig started it."""
+    for arg in argv:
+        if arg.startswith("--config="):
+            state = Path(arg.removeprefix("--config=")).parent.parent
+            if (state / "pids" / "containerd.pid").exists():
+                return state
+    return None
+
+
+def _foreign_containerd(paths: Paths) -> list[str]:
+    """A containerd the rig did not start (Debian's service, another rig) or a live socket at the rig's
+    containerd path: the rig runs its own containerd, found only by its PID file, so either would mean
+    two runtimes fighting over containers, mounts and CNI. Called only while the rig is down."""
+    problems = []
+    own = Rig(paths=paths).pid("containerd")
+    for pid, exe, argv in _containerd_processes():
+        if pid == own:
+            continue
+        state = _rig_state_of(argv)
+        if state is not None:
+            hint = (
+                f"another rig's (state {state}): rigs run one at a time (`flock /tmp/kubegpu-rig.lock`); "
+                f"stop it with `KUBEGPU_RIG_STATE={state} python3 -m tests.e2e.rig down`"
+            )
+        elif exe.startswith("/usr/bin/"):
+            hint = (
+                "Debian's containerd service: stop it (`systemctl stop containerd`, or `kill "
+                f"{pid}`) and keep it disabled (`systemctl disable containerd`)"
+            )
+        else:
+            hint = f"stop it (`kill {pid}`) if no other cluster needs it"
+        problems.append(f"a containerd the rig did not start is running (pid {pid}, {exe}): {hint}")
+    for sock in (paths.containerd_sock, DEBIAN_CONTAINERD_SOCK):
+        if not problems and own is None and sock.exists() and _socket_answers(sock):
+            problems.append(
+                f"a containerd answers on {sock} (the rig starts its own on {paths.containerd_sock}): "
+                f"find it with `ss -xlp | grep {sock}` and stop it"
+            )
+    return problems
+
+
 def preflight(paths: Paths, *, binaries: bool = True) -> list[str]:
     """Every precondition `up` needs that it will not fix itself, each with how to fix it.
 
@@ -251,10 +394,10 @@ def preflight(paths: Paths, *, binaries: bool = True) -> list[str]:
     problems: list[str] = []
     if os.geteuid() != 0:
         return ["the rig needs root (containerd, runc, kubelet, mounts, cgroups): run it with sudo"]
-    for name in ("etcd", *COMPONENTS[1:4], "kubelet", "kubectl") if binaries else ():
-        b = paths.bin(name)
+    for b in paths.all_bins() if binaries else ():
         if not (b.is_file() and os.access(b, os.X_OK)):
             problems.append(f"missing binary {b}: run `make rig-build` (tests/e2e/rig/build.sh)")
+    problems.extend(_foreign_containerd(paths))
     cg = _run(["stat", "-f", "-c", "%T", "/sys/fs/cgroup"], check=False).stdout.strip()
     if cg not in ("tmpfs", "cgroup2fs"):
         problems.append(f"/sys/fs/cgroup is {cg!r}; the kubelet needs cgroup v1 (tmpfs) or v2 (cgroup2fs)")
@@ -639,6 +782,7 @@ class Rig:
                 "--kubelet-preferred-address-types=InternalIP,Hostname",
                 "--allow-privileged=true",
                 "--profiling=false",
+                *_gate_flags(),
                 "--v=1",
             ],
         )
@@ -671,6 +815,7 @@ class Rig:
                 "--use-service-account-credentials=true",
                 "--bind-address=127.0.0.1",
                 f"--service-cluster-ip-range={SERVICE_RANGE}",
+                *_gate_flags(),
                 "--v=1",
             ],
         )
@@ -695,64 +840,85 @@ class Rig:
                 f"--authentication-kubeconfig={sched_dir / 'kubeconfig'}",
                 f"--authorization-kubeconfig={sched_dir / 'kubeconfig'}",
                 "--bind-address=127.0.0.1",
+                *_gate_flags(),
                 "--v=1",
             ],
         )
 
     def _containerd_config(self) -> str:
+        """containerd 2.x, config version 3 (2.4 migrates it to its version 4 in memory at start).
+
+        CDI is always on in containerd >= 2.4 (`enable_cdi` is gone); the spec directories are the
+        standard ones, where a DRA driver writes its specs. runc keeps its state under the rig's state
+        directory (not /run/containerd/runc), so another containerd on the host cannot see it."""
         d = self.paths.component_dir("containerd")
         cni = self.paths.state / "cni"
         apparmor = Path("/sys/module/apparmor/parameters/enabled")
         no_apparmor = not (apparmor.exists() and apparmor.read_text().strip() == "Y")
-        cri = 'plugins."io.containerd.grpc.v1.cri"'
-        return f"""version = 2
-root = "{d / "root"}"
-state = "{d / "state"}"
+        runtime = "plugins.'io.containerd.cri.v1.runtime'"
+        cdi_dirs = ", ".join(f"'{p}'" for p in CDI_SPEC_DIRS)
+        return f"""version = 3
+root = '{d / "root"}'
+state = '{d / "state"}'
 
 [grpc]
-  address = "{self.paths.containerd_sock}"
+  address = '{self.paths.containerd_sock}'
 
 [ttrpc]
-  address = "{self.paths.containerd_sock}.ttrpc"
+  address = '{self.paths.containerd_sock}.ttrpc'
 
 [debug]
-  address = ""
+  address = ''
 
 [metrics]
-  address = ""
+  address = ''
 
-[plugins."io.containerd.internal.v1.opt"]
-  path = "{d / "opt"}"
+[plugins.'io.containerd.internal.v1.opt']
+  path = '{d / "opt"}'
 
-[{cri}]
-  sandbox_image = "{images.PAUSE_IMAGE}"
+[plugins.'io.containerd.cri.v1.images']
+  snapshotter = '{os.environ.get("KUBEGPU_RIG_SNAPSHOTTER", "overlayfs")}'
+
+[plugins.'io.containerd.cri.v1.images'.pinned_images]
+  sandbox = '{images.PAUSE_IMAGE}'
+
+[plugins.'io.containerd.cri.v1.images'.registry]
+  # Per-registry hosts.toml files (tests write one to reach a plain-HTTP registry on 127.0.0.1).
+  config_path = '{d / "certs.d"}'
+
+[{runtime}]
   netns_mounts_under_state_dir = true
   disable_apparmor = {str(no_apparmor).lower()}
   enable_selinux = false
+  cdi_spec_dirs = [{cdi_dirs}]
   # Without CAP_SYS_RESOURCE (some VM sandboxes) runc cannot set the pause container's -998
   # oom_score_adj ("nsexec: failed to update /proc/self/oom_score_adj: Permission denied");
   # containerd then clamps scores to its own (>= current) value instead.
   restrict_oom_score_adj = {str(not has_cap_sys_resource()).lower()}
 
-[{cri}.containerd]
-  snapshotter = "{os.environ.get("KUBEGPU_RIG_SNAPSHOTTER", "overlayfs")}"
-  default_runtime_name = "runc"
+[{runtime}.containerd]
+  default_runtime_name = 'runc'
 
-[{cri}.containerd.runtimes.runc]
-  runtime_type = "io.containerd.runc.v2"
+[{runtime}.containerd.runtimes.runc]
+  runtime_type = 'io.containerd.runc.v2'
 
-[{cri}.containerd.runtimes.runc.options]
+[{runtime}.containerd.runtimes.runc.options]
   SystemdCgroup = false
+  Root = '{d / "runc"}'
 
-[{cri}.registry]
-  # Per-registry hosts.toml files (tests write one to reach a plain-HTTP registry on 127.0.0.1).
-  config_path = "{d / "certs.d"}"
-
-[{cri}.cni]
-  bin_dir = "/usr/lib/cni"
-  conf_dir = "{cni / "net.d"}"
+[{runtime}.cni]
+  bin_dirs = ['/usr/lib/cni']
+  conf_dir = '{cni / "net.d"}'
   max_conf_num = 1
 """
+
+    def containerd_env(self) -> dict[str, str]:
+        """containerd finds its shim on PATH before looking beside itself: the built shim goes first,
+        so Debian's /usr/bin/containerd-shim-runc-v2 (containerd 1.6) is never used."""
+        return dict(
+            os.environ,
+            PATH=f"{self.paths.bin('containerd').parent}:{os.environ.get('PATH', '/usr/bin:/bin')}",
+        )
 
     def _start_containerd(self) -> None:
         d = self.paths.component_dir("containerd")
@@ -785,11 +951,19 @@ state = "{d / "state"}"
             + "\n"
         )
         (d / "config.toml").write_text(self._containerd_config())
-        self._spawn("containerd", ["containerd", f"--config={d / 'config.toml'}", "--log-level=info"])
+        self._spawn(
+            "containerd",
+            [self.paths.bin("containerd"), f"--config={d / 'config.toml'}", "--log-level=info"],
+            env=self.containerd_env(),
+        )
 
         def cri_ok() -> bool:
             self._check_alive("containerd")
-            out = self.ctr("plugins", "ls").stdout
+            # containerd 2.x's ctr fails at once while the socket does not exist yet (1.6's waited).
+            proc = self.ctr("plugins", "ls", check=False)
+            if proc.returncode != 0:
+                return False
+            out = proc.stdout
             return any(
                 line.split()[:2] == ["io.containerd.grpc.v1", "cri"] and line.split()[-1] == "ok"
                 for line in out.splitlines()
@@ -804,7 +978,11 @@ state = "{d / "state"}"
         )
 
     def ctr(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-        return _run(["ctr", f"--address={self.paths.containerd_sock}", "-n", "k8s.io", *args], check=check)
+        return _run(
+            [self.paths.bin("ctr"), f"--address={self.paths.containerd_sock}", "-n", "k8s.io", *args],
+            check=check,
+            env=self.containerd_env(),
+        )
 
     def import_image(self, tar: Path, tag: str) -> None:
         """Import a docker-archive into containerd's ``k8s.io`` namespace (the one the CRI sees) and
@@ -818,7 +996,7 @@ state = "{d / "state"}"
             self.import_image(tar, tag)
 
     def _kubelet_config(self, ip: str) -> dict[str, Any]:
-        return {
+        config = {
             "apiVersion": "kubelet.config.k8s.io/v1beta1",
             "kind": "KubeletConfiguration",
             "cgroupDriver": "cgroupfs",
@@ -843,6 +1021,9 @@ state = "{d / "state"}"
             "rotateCertificates": False,
             "serverTLSBootstrap": False,
         }
+        if feature_gates():
+            config["featureGates"] = feature_gates()
+        return config
 
     def kubelet_argv(self) -> list[str]:
         d = self.paths.component_dir("kubelet")
@@ -963,6 +1144,7 @@ state = "{d / "state"}"
                     "device_plugin_dir": str(DEVICE_PLUGIN_DIR),
                     "k8s_version": self.paths.k8s_version,
                     "etcd_version": self.paths.etcd_version,
+                    "containerd_version": self.paths.containerd_version,
                     "timings_s": {k: round(v, 1) for k, v in self.timings.items()},
                 },
                 indent=2,

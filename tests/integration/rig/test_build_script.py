@@ -21,12 +21,15 @@ import pytest
 BUILD_SH = Path(__file__).resolve().parents[2] / "e2e" / "rig" / "build.sh"
 K8S = "v1.34.4"
 ETCD = "v3.6.16"
+CTRD = "v2.4.2"
 K8S_CMDS = ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet", "kubectl")
+CTRD_CMDS = ("containerd", "containerd-shim-runc-v2", "ctr")
+ALL = ("etcd", *CTRD_CMDS, *K8S_CMDS)
 
 pytestmark = pytest.mark.integration
 
 FAKE_GO = r"""#!/usr/bin/env bash
-# A stand-in for `go`: enough of it for build.sh. Logs every `build` to $FAKE_GO_LOG.
+# A stand-in for `go`: enough of it for build.sh. Logs every `build` (name and -tags) to $FAKE_GO_LOG.
 set -euo pipefail
 case "$1" in
   mod)
@@ -36,12 +39,12 @@ case "$1" in
       download) printf '{\n\t"GoMod": "%s",\n}\n' "$FAKE_GO_UPSTREAM_MOD"; exit 0 ;;
     esac ;;
   build)
-    shift; out=""
+    shift; out=""; tags=""
     while (( $# > 1 )); do
-      case "$1" in -o) out=$2; shift 2 ;; -ldflags|-tags) shift 2 ;; *) shift ;; esac
+      case "$1" in -o) out=$2; shift 2 ;; -tags) tags=$2; shift 2 ;; -ldflags) shift 2 ;; *) shift ;; esac
     done
     pkg=$1; name=${pkg##*/}; [[ "$pkg" == go.etcd.io/* ]] && name=etcd
-    echo "$name" >> "$FAKE_GO_LOG"
+    echo "$name $tags" >> "$FAKE_GO_LOG"
     sleep "${FAKE_GO_BUILD_S:-0}"
     if [[ "${FAKE_GO_FAIL:-}" == "$name" ]]; then echo "compile error in $name" >&2; exit 1; fi
     if [[ "${FAKE_GO_BROKEN:-}" == "$name" ]]; then
@@ -50,6 +53,9 @@ case "$1" in
     case "$name" in
       etcd) body='echo "etcd Version: ${ETCD#v}"; echo "Git SHA: fake"' ;;
       kubectl) body='echo "Client Version: $K8S"; echo "Kustomize Version: v5"' ;;
+      containerd) body='echo "containerd github.com/containerd/containerd/v2 $CTRD module"' ;;
+      ctr) body='echo "ctr github.com/containerd/containerd/v2 $CTRD"' ;;
+      containerd-shim-runc-v2) body='printf "%s:\n  Version:  $CTRD\n  Revision: module\n" "$0"' ;;
       *) body='echo "Kubernetes $K8S"' ;;
     esac
     printf '#!/bin/sh\n%s\n' "$body" > "$out"; chmod +x "$out"; exit 0 ;;
@@ -64,7 +70,9 @@ class FakeToolchain:
         self.cache = root / "cache"
         self.go = root / "go"
         self.build_log = root / "builds.log"
-        script = FAKE_GO.replace("${ETCD#v}", ETCD.removeprefix("v")).replace("$K8S", K8S)
+        script = (
+            FAKE_GO.replace("${ETCD#v}", ETCD.removeprefix("v")).replace("$K8S", K8S).replace("$CTRD", CTRD)
+        )
         self.go.write_text(script)
         self.go.chmod(self.go.stat().st_mode | stat.S_IXUSR)
         upstream = root / "upstream.mod"
@@ -86,6 +94,7 @@ class FakeToolchain:
             "KUBEGPU_RIG_CACHE": str(self.cache),
             "KUBEGPU_RIG_K8S_VERSION": K8S,
             "KUBEGPU_RIG_ETCD_VERSION": ETCD,
+            "KUBEGPU_RIG_CONTAINERD_VERSION": CTRD,
             "KUBEGPU_RIG_NICE": "0",
             "FAKE_GO_LOG": str(self.build_log),
             "FAKE_GO_UPSTREAM_MOD": str(upstream),
@@ -104,10 +113,17 @@ class FakeToolchain:
     def bin(self, name: str) -> Path:
         if name == "etcd":
             return self.cache / "bin" / f"etcd-{ETCD}" / "etcd"
+        if name in CTRD_CMDS:
+            return self.cache / "bin" / f"containerd-{CTRD}" / name
         return self.cache / "bin" / f"k8s-{K8S}" / name
 
     def builds(self) -> list[str]:
-        return self.build_log.read_text().split() if self.build_log.exists() else []
+        """The names of the binaries built so far, in order."""
+        return [line.split()[0] for line in self.build_tags()]
+
+    def build_tags(self) -> list[str]:
+        """One "name tags" line per `go build`."""
+        return self.build_log.read_text().splitlines() if self.build_log.exists() else []
 
 
 @pytest.fixture
@@ -118,14 +134,14 @@ def go(tmp_path: Path) -> FakeToolchain:
 def test_a_cold_build_yields_every_binary_verified_and_a_warm_one_builds_nothing(go: FakeToolchain) -> None:
     cold = go.run("all")
     assert cold.returncode == 0, cold.stderr
-    assert sorted(go.builds()) == sorted(("etcd", *K8S_CMDS))
+    assert sorted(go.builds()) == sorted(ALL)
     assert "verified: etcd" in cold.stderr
     assert "rig build finished" in cold.stderr
-    for name in ("etcd", *K8S_CMDS):
+    for name in ALL:
         assert os.access(go.bin(name), os.X_OK), name
     warm = go.run("all")
     assert warm.returncode == 0, warm.stderr
-    assert len(go.builds()) == 6, "a warm run rebuilt something"
+    assert len(go.builds()) == len(ALL), "a warm run rebuilt something"
     assert "cached in" in warm.stderr
 
 
@@ -143,9 +159,9 @@ def test_two_builds_on_one_cache_wait_for_each_other_and_both_end_with_all_binar
     for t in threads:
         t.join()
     assert [r.returncode for r in results] == [0, 0], [r.stderr for r in results]
-    assert sorted(go.builds()) == sorted(("etcd", *K8S_CMDS)), "a binary was built twice"
+    assert sorted(go.builds()) == sorted(ALL), "a binary was built twice"
     assert any("another rig build holds" in r.stderr for r in results)
-    for name in ("etcd", *K8S_CMDS):
+    for name in ALL:
         assert os.access(go.bin(name), os.X_OK), name
 
 
@@ -176,6 +192,93 @@ def test_a_truncated_cached_binary_is_rebuilt_and_the_rest_are_kept(go: FakeTool
     assert go.builds().count("etcd") == 2
     assert all(go.builds().count(c) == 1 for c in K8S_CMDS)
     assert "rebuilding it" in result.stderr
+
+
+def test_containerd_is_built_without_cgo_only_parts_and_its_shim_without_grpc(go: FakeToolchain) -> None:
+    result = go.run("containerd")
+    assert result.returncode == 0, result.stderr
+    tags = dict(line.split(" ", 1) for line in go.build_tags())
+    assert sorted(tags) == sorted(CTRD_CMDS)
+    for name in CTRD_CMDS:
+        assert {"no_btrfs", "no_devmapper", "no_zfs"} <= set(tags[name].split(",")), name
+    assert "no_grpc" in tags["containerd-shim-runc-v2"].split(",")
+    assert "no_grpc" not in tags["containerd"].split(",")
+
+
+def test_a_shim_that_reports_another_version_is_rebuilt(go: FakeToolchain) -> None:
+    assert go.run("all").returncode == 0
+    go.bin("containerd-shim-runc-v2").write_text("#!/bin/sh\necho '  Version:  v2.3.0'\n")
+    result = go.run("all")
+    assert result.returncode == 0, result.stderr
+    assert go.builds().count("containerd-shim-runc-v2") == 2
+    assert go.builds().count("containerd") == 1 and go.builds().count("ctr") == 1
+
+
+def test_a_build_of_one_version_does_not_wait_for_a_build_of_another(go: FakeToolchain) -> None:
+    slow = threading.Thread(target=go.run, args=("k8s",), kwargs={"FAKE_GO_BUILD_S": "1"})
+    slow.start()
+    try:
+        for _ in range(100):  # until the k8s build holds its lock
+            if go.builds():
+                break
+            threading.Event().wait(0.05)
+        other = go.run("etcd")
+    finally:
+        slow.join()
+    assert other.returncode == 0, other.stderr
+    assert "another rig build holds" not in other.stderr
+    assert go.bin("etcd").exists()
+
+
+def test_versions_come_from_versions_env_and_the_environment_wins(go: FakeToolchain, tmp_path: Path) -> None:
+    versions = tmp_path / "versions.env"
+    versions.write_text(
+        "# comment\nKUBEGPU_RIG_K8S_VERSION=v1.99.1  # newest\n"
+        "KUBEGPU_RIG_ETCD_VERSION=v3.9.0\nKUBEGPU_RIG_CONTAINERD_VERSION=v2.9.9\n"
+    )
+    env = {k: v for k, v in go.env.items() if not k.endswith("_VERSION")}
+    env["KUBEGPU_RIG_VERSIONS_FILE"] = str(versions)
+
+    def print_bin(**extra: str) -> list[str]:
+        proc = subprocess.run(
+            ["bash", str(BUILD_SH), "print-bin"],
+            env={**env, **extra},
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert proc.returncode == 0, proc.stderr
+        return [Path(p).name for p in proc.stdout.split()]
+
+    assert print_bin() == ["k8s-v1.99.1", "etcd-v3.9.0", "containerd-v2.9.9"]
+    assert print_bin(KUBEGPU_RIG_K8S_VERSION="v1.34.4") == ["k8s-v1.34.4", "etcd-v3.9.0", "containerd-v2.9.9"]
+    versions.write_text("KUBEGPU_RIG_K8S_VERSION=v1.99.1\n")
+    proc = subprocess.run(
+        ["bash", str(BUILD_SH), "all"], env=env, capture_output=True, text=True, check=False
+    )
+    assert proc.returncode != 0
+    assert "sets no KUBEGPU_RIG_ETCD_VERSION" in proc.stderr
+    assert not go.builds()
+
+
+def test_build_sh_and_the_rig_read_the_same_versions() -> None:
+    from tests.e2e.rig import rig as rigmod
+
+    env = {"PATH": os.environ["PATH"], "HOME": os.environ.get("HOME", "/root"), "KUBEGPU_RIG_CACHE": "/c"}
+    proc = subprocess.run(
+        ["bash", str(BUILD_SH), "print-bin"], env=env, capture_output=True, text=True, check=False
+    )
+    assert proc.returncode == 0, proc.stderr
+    paths = rigmod.Paths(
+        state=Path("/s"),
+        cache=Path("/c"),
+        **{f"{k}_version": v for k, v in rigmod.load_versions(environ={}).items()},
+    )
+    assert proc.stdout.split() == [
+        str(paths.bin("kubelet").parent),
+        str(paths.bin("etcd").parent),
+        str(paths.bin("containerd").parent),
+    ]
 
 
 def test_a_long_step_prints_progress(go: FakeToolchain) -> None:
