@@ -16,11 +16,12 @@ import json
 import logging
 import threading
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from kubegpu.errors import InputError
 
-__all__ = ["Check", "ProbeServer", "parse_address"]
+__all__ = ["Check", "EndpointServer", "ProbeServer", "Reply", "parse_address"]
 
 log = logging.getLogger(__name__)
 
@@ -37,12 +38,22 @@ def parse_address(address: str, *, flag: str = "--health-address") -> tuple[str,
     return host.strip("[]") or "0.0.0.0", int(port_text)
 
 
-class ProbeServer:
-    """Serves ``/healthz`` and ``/readyz`` on ``address`` from a daemon thread."""
+@dataclass(frozen=True)
+class Reply:
+    status: int
+    content_type: str
+    body: bytes
 
-    def __init__(self, address: str, *, healthz: Check, readyz: Check) -> None:
-        self._host, self._port = parse_address(address)
-        self._checks = {"/healthz": healthz, "/readyz": readyz}
+
+class EndpointServer:
+    """A small HTTP server on a daemon thread: ``respond(path)`` answers every GET (the query string is
+    dropped). Shared by the health endpoint and ``/metrics``; requests are not logged (kubelet and
+    Prometheus ask every few seconds), and a port that cannot be bound is one ``InputError`` naming
+    ``flag``."""
+
+    def __init__(self, address: str, *, flag: str, name: str, respond: Callable[[str], Reply]) -> None:
+        self._host, self._port = parse_address(address, flag=flag)
+        self._flag, self._name, self._respond = flag, name, respond
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
 
@@ -53,42 +64,29 @@ class ProbeServer:
         return int(self._server.server_address[1])
 
     def start(self) -> None:
-        checks = self._checks
+        respond = self._respond
 
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:
-                check = checks.get(self.path.split("?", 1)[0])
-                if check is None:
-                    self._reply(404, {"ok": False, "error": f"no such endpoint {self.path[:100]}"})
-                    return
-                try:
-                    ok, details = check()
-                except Exception as exc:
-                    log.warning("health check failed", extra={"path": self.path, "error": str(exc)})
-                    ok, details = False, {"error": str(exc)}
-                self._reply(200 if ok else 503, {"ok": ok, **details})
-
-            def _reply(self, status: int, body: Mapping[str, object]) -> None:
-                data = (json.dumps(body, default=str, sort_keys=True) + "\n").encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
+                reply = respond(self.path.split("?", 1)[0])
+                self.send_response(reply.status)
+                self.send_header("Content-Type", reply.content_type)
+                self.send_header("Content-Length", str(len(reply.body)))
                 self.end_headers()
-                self.wfile.write(data)
+                self.wfile.write(reply.body)
 
             def log_message(self, format: str, *args: object) -> None:
-                del format, args  # kubelet probes every few seconds; don't log each one
+                del format, args
 
         try:
             self._server = ThreadingHTTPServer((self._host, self._port), Handler)
         except OSError as exc:
             raise InputError(
-                f"--health-address {self._host}:{self._port}: cannot listen: {exc.strerror or exc}"
+                f"{self._flag} {self._host}:{self._port}: cannot listen: {exc.strerror or exc}"
             ) from exc
         self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, name="probes", daemon=True)
+        self._thread = threading.Thread(target=self._server.serve_forever, name=self._name, daemon=True)
         self._thread.start()
-        log.info("health endpoint serving", extra={"address": f"{self._host}:{self.port}"})
 
     def stop(self) -> None:
         if self._server is not None:
@@ -98,3 +96,42 @@ class ProbeServer:
         if self._thread is not None:
             self._thread.join(timeout=2)
             self._thread = None
+
+
+def _json(status: int, body: Mapping[str, object]) -> Reply:
+    data = (json.dumps(body, default=str, sort_keys=True) + "\n").encode()
+    return Reply(status, "application/json", data)
+
+
+class ProbeServer:
+    """Serves ``/healthz`` and ``/readyz`` on ``address`` from a daemon thread."""
+
+    def __init__(self, address: str, *, healthz: Check, readyz: Check) -> None:
+        self._checks = {"/healthz": healthz, "/readyz": readyz}
+        self._address = address
+        self._endpoint = EndpointServer(
+            address, flag="--health-address", name="probes", respond=self._respond
+        )
+
+    @property
+    def port(self) -> int:
+        """The bound port (useful with port 0)."""
+        return self._endpoint.port
+
+    def _respond(self, path: str) -> Reply:
+        check = self._checks.get(path)
+        if check is None:
+            return _json(404, {"ok": False, "error": f"no such endpoint {path[:100]}"})
+        try:
+            ok, details = check()
+        except Exception as exc:
+            log.warning("health check failed", extra={"path": path, "error": str(exc)})
+            ok, details = False, {"error": str(exc)}
+        return _json(200 if ok else 503, {"ok": ok, **details})
+
+    def start(self) -> None:
+        self._endpoint.start()
+        log.info("health endpoint serving", extra={"address": f"{self._address} (port {self.port})"})
+
+    def stop(self) -> None:
+        self._endpoint.stop()
