@@ -1,0 +1,133 @@
+"""``kubegpu dra``: the DRA driver (``serve``), and what it publishes, computed without a cluster."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from kubegpu.cli.common import console, print_json
+from kubegpu.cli.topo import SOURCE_HELP
+
+
+def register(app: typer.Typer) -> None:
+    dra = typer.Typer(
+        help="kubegpu's DRA driver (driver gpu.kubegpu.io): ResourceSlices and a kubelet plugin.",
+        no_args_is_help=True,
+    )
+    app.add_typer(dra, name="dra")
+
+    @dra.command(
+        "devices",
+        epilog="Examples: kubegpu dra devices builtin:seed-8gpu · kubegpu dra devices builtin:dgx1-v100",
+    )
+    def devices(
+        source: Annotated[str, typer.Argument(help=SOURCE_HELP)],
+        json_out: Annotated[
+            bool, typer.Option("--json", help="Print the devices as the slice lists them.")
+        ] = False,
+    ) -> None:
+        """Print the devices and attributes the driver would publish for a node source."""
+        from kubegpu.model.dra import dra_devices
+        from kubegpu.sources.spec import load_node
+
+        node = load_node(source)
+        found = dra_devices(node)
+        if json_out:
+            print_json([d.to_api() for d in found])
+            return
+        table = Table(title=f"{node.name}: {len(found)} device(s)")
+        for column in ("device", "type", "uuid", "nvlinkDomain", "nvlinkClique", "numaNode", "memory"):
+            table.add_column(column)
+        for d in found:
+            table.add_row(
+                d.name,
+                str(d.kind),
+                d.uuid,
+                str(d.attribute("nvlinkDomain")),
+                str(d.attribute("nvlinkClique")),
+                str(d.attribute("numaNode")),
+                f"{d.memory_mib} MiB",
+            )
+        console.print(table)
+
+    @dra.command("classes", epilog="Example: kubegpu dra classes | kubectl apply -f -")
+    def classes() -> None:
+        """Print the DeviceClasses gpu.kubegpu.io and mig.kubegpu.io (JSON, for kubectl apply -f -)."""
+        from kubegpu.model.dra import device_classes
+
+        typer.echo(json.dumps({"apiVersion": "v1", "kind": "List", "items": device_classes()}, indent=2))
+
+    @dra.command(
+        "serve",
+        epilog="Examples: kubegpu dra serve --node-spec builtin:seed-8gpu --node-name gpu-1 · "
+        "kubegpu dra serve --nvml (NODE_NAME from the pod)",
+    )
+    def serve(  # noqa: PLR0917 - typer maps each parameter to a flag
+        node_spec: Annotated[
+            str | None, typer.Option("--node-spec", help=f"Simulated GPUs: {SOURCE_HELP}")
+        ] = None,
+        nvml: Annotated[bool, typer.Option("--nvml", help="Real GPUs, read through NVML.")] = False,
+        node_name: Annotated[
+            str | None,
+            typer.Option(
+                "--node-name",
+                envvar="NODE_NAME",
+                help="This node's name: the pool and nodeName of the slices.",
+            ),
+        ] = None,
+        kubeconfig: Annotated[
+            str | None, typer.Option("--kubeconfig", help="Kubeconfig; default: the pod's service account.")
+        ] = None,
+        kubelet_dir: Annotated[
+            Path,
+            typer.Option(
+                "--kubelet-dir", help="kubelet's root: plugins/ and plugins_registry/ are under it."
+            ),
+        ] = Path("/var/lib/kubelet"),
+        cdi_dir: Annotated[
+            Path, typer.Option("--cdi-dir", help="Where CDI specs of prepared claims go.")
+        ] = Path("/var/run/cdi"),
+        simulated_nvidia_smi: Annotated[
+            bool,
+            typer.Option(
+                "--simulated-nvidia-smi",
+                help="--node-spec only: mount a stand-in nvidia-smi into containers.",
+            ),
+        ] = False,
+        resync: Annotated[
+            float, typer.Option("--resync", min=0.5, help="Seconds between slice reconciles.")
+        ] = 10.0,
+        log_level: Annotated[
+            str, typer.Option("--log-level", help="debug, info, warning or error.")
+        ] = "info",
+    ) -> None:
+        """Run the DRA kubelet plugin and keep this node's ResourceSlices, until SIGTERM."""
+        from kubegpu.cli.logs import setup_logging
+        from kubegpu.dra.service import DraOptions, DraService, load_node
+        from kubegpu.errors import InputError
+        from kubegpu.kubeapi import KubeApi
+
+        if node_spec is not None and nvml:
+            raise InputError("give one GPU source: --node-spec or --nvml, not both")
+        if not node_name:
+            raise InputError("give --node-name (or NODE_NAME): the slices are published for that node")
+        setup_logging(log_level)
+        options = DraOptions(
+            node_name=node_name,
+            node_spec=node_spec,
+            use_nvml=nvml,
+            kubelet_dir=kubelet_dir,
+            cdi_dir=cdi_dir,
+            kubeconfig=kubeconfig,
+            simulated_nvidia_smi=simulated_nvidia_smi,
+            resync_s=resync,
+        )
+        node, driver_version = load_node(options)
+        api = KubeApi(kubeconfig=kubeconfig)
+        DraService(
+            options, node=node, driver_version=driver_version, api=api, claims=api
+        ).run_until_signalled()

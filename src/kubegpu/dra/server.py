@@ -1,0 +1,183 @@
+"""gRPC for the DRA driver: the DRAPlugin service (v1 and v1beta1) and kubelet plugin registration.
+
+Two unix sockets, as kubelet expects (dra-protocol.md §2):
+
+- the DRA service on ``<kubelet>/plugins/<driver>/dra.sock``, serving
+  ``k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin`` and ``…v1beta1.DRAPlugin`` (same answers);
+- the registration service on ``<kubelet>/plugins_registry/<driver>-reg.sock``; kubelet's plugin
+  watcher finds it (inotify), calls ``GetInfo`` (type ``DRAPlugin``, versions ``v1.DRAPlugin`` first)
+  and then ``NotifyRegistrationStatus``.
+
+The DRA socket serves before the registration socket appears, because kubelet connects right after
+``GetInfo``. Stale sockets from an earlier run are removed before binding. ``stop()`` removes the
+registration socket first (kubelet deregisters), then the service socket.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from concurrent import futures
+from pathlib import Path
+from typing import Any
+
+import grpc
+
+from kubegpu.deviceplugin.sockets import SUN_PATH_MAX, bound_with_mode, make_dirs
+from kubegpu.dra.api import dra_v1_pb2 as v1
+from kubegpu.dra.api import dra_v1_pb2_grpc as v1_grpc
+from kubegpu.dra.api import dra_v1beta1_pb2 as v1beta1
+from kubegpu.dra.api import dra_v1beta1_pb2_grpc as v1beta1_grpc
+from kubegpu.dra.api import registration_v1_pb2 as reg
+from kubegpu.dra.api import registration_v1_pb2_grpc as reg_grpc
+from kubegpu.dra.driver import ClaimRef, DraDriver
+from kubegpu.errors import RegistrationFailed
+
+__all__ = ["PLUGIN_TYPE", "SUPPORTED_VERSIONS", "DraServer", "RegistrationState"]
+
+log = logging.getLogger(__name__)
+
+PLUGIN_TYPE = "DRAPlugin"
+SUPPORTED_VERSIONS = ("v1.DRAPlugin", "v1beta1.DRAPlugin")  # kubelet takes the first it supports
+_WORKERS = 8
+
+
+def _refs(claims: Any) -> list[ClaimRef]:
+    return [ClaimRef(namespace=c.namespace, uid=c.uid, name=c.name) for c in claims]
+
+
+class _DraServicer:
+    """Serves one API version; ``pb`` is its generated message module."""
+
+    def __init__(self, driver: DraDriver, pb: Any) -> None:
+        self._driver = driver
+        self._pb = pb
+
+    def NodePrepareResources(self, request: Any, context: grpc.ServicerContext) -> Any:
+        answers = self._driver.prepare(_refs(request.claims))
+        response = self._pb.NodePrepareResourcesResponse()
+        for uid, answer in answers.items():
+            entry = response.claims[uid]
+            if answer.error:
+                entry.error = answer.error
+                continue
+            for d in answer.devices:
+                entry.devices.add(
+                    request_names=list(d.request_names),
+                    pool_name=d.pool,
+                    device_name=d.device,
+                    cdi_device_ids=list(d.cdi_ids),
+                )
+        return response
+
+    def NodeUnprepareResources(self, request: Any, context: grpc.ServicerContext) -> Any:
+        answers = self._driver.unprepare(_refs(request.claims))
+        response = self._pb.NodeUnprepareResourcesResponse()
+        for uid, error in answers.items():
+            response.claims[uid].error = error
+        return response
+
+
+class RegistrationState:
+    """What kubelet last said about the registration (for readiness and logs)."""
+
+    def __init__(self) -> None:
+        self.registered = threading.Event()
+        self.error: str = ""
+        self.notifications = 0
+
+
+class _RegistrationServicer(reg_grpc.RegistrationServicer):
+    def __init__(self, *, driver_name: str, endpoint: Path, state: RegistrationState) -> None:
+        self._info = reg.PluginInfo(
+            type=PLUGIN_TYPE,
+            name=driver_name,
+            endpoint=str(endpoint),
+            supported_versions=list(SUPPORTED_VERSIONS),
+        )
+        self._state = state
+
+    def GetInfo(self, request: reg.InfoRequest, context: grpc.ServicerContext) -> reg.PluginInfo:
+        return self._info
+
+    def NotifyRegistrationStatus(
+        self, request: reg.RegistrationStatus, context: grpc.ServicerContext
+    ) -> reg.RegistrationStatusResponse:
+        self._state.notifications += 1
+        if request.plugin_registered:
+            self._state.error = ""
+            self._state.registered.set()
+            log.info("registered with kubelet", extra={"driver": self._info.name})
+            return reg.RegistrationStatusResponse()
+        self._state.error = request.error
+        self._state.registered.clear()
+        log.error(
+            "kubelet refused the registration", extra={"driver": self._info.name, "error": request.error}
+        )
+        context.abort(grpc.StatusCode.UNKNOWN, f"registration failed: {request.error}")
+        raise AssertionError("unreachable")  # abort raises
+
+
+def _bind(server: grpc.Server, path: Path) -> None:
+    if len(str(path).encode()) > SUN_PATH_MAX:
+        raise RegistrationFailed(f"socket path {path} is longer than {SUN_PATH_MAX} bytes")
+    make_dirs(path.parent)
+    path.unlink(missing_ok=True)  # a stale socket of an earlier run
+    with bound_with_mode(path):
+        if server.add_insecure_port(f"unix://{path}") == 0:
+            raise RegistrationFailed(f"cannot listen on {path}")
+
+
+class DraServer:
+    """Both sockets of one driver; ``start()`` then ``stop()``, once."""
+
+    def __init__(
+        self,
+        driver: DraDriver,
+        *,
+        plugin_dir: Path,
+        registry_dir: Path,
+        driver_name: str,
+    ) -> None:
+        self.driver = driver
+        self.socket = (plugin_dir / "dra.sock").absolute()
+        self.registration_socket = (registry_dir / f"{driver_name}-reg.sock").absolute()
+        self.state = RegistrationState()
+        self._driver_name = driver_name
+        self._service: grpc.Server | None = None
+        self._registration: grpc.Server | None = None
+
+    def start(self) -> None:
+        service = grpc.server(futures.ThreadPoolExecutor(max_workers=_WORKERS, thread_name_prefix="dra"))
+        v1_grpc.add_DRAPluginServicer_to_server(_DraServicer(self.driver, v1), service)  # type: ignore[no-untyped-call]
+        v1beta1_grpc.add_DRAPluginServicer_to_server(_DraServicer(self.driver, v1beta1), service)  # type: ignore[no-untyped-call]
+        _bind(service, self.socket)
+        service.start()
+        self._service = service
+        registration = grpc.server(futures.ThreadPoolExecutor(max_workers=2, thread_name_prefix="dra-reg"))
+        reg_grpc.add_RegistrationServicer_to_server(  # type: ignore[no-untyped-call]
+            _RegistrationServicer(driver_name=self._driver_name, endpoint=self.socket, state=self.state),
+            registration,
+        )
+        try:
+            _bind(registration, self.registration_socket)
+        except BaseException:
+            service.stop(grace=0)
+            self.socket.unlink(missing_ok=True)
+            raise
+        registration.start()
+        self._registration = registration
+        log.info(
+            "DRA driver serving",
+            extra={"socket": str(self.socket), "registration": str(self.registration_socket)},
+        )
+
+    def stop(self, grace_s: float = 1.0) -> None:
+        if self._registration is not None:
+            self.registration_socket.unlink(missing_ok=True)
+            self._registration.stop(grace=0).wait(grace_s)
+            self._registration = None
+        if self._service is not None:
+            self._service.stop(grace=grace_s).wait(grace_s + 1)
+            self.socket.unlink(missing_ok=True)
+            self._service = None

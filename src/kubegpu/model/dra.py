@@ -1,0 +1,377 @@
+"""What kubegpu's DRA driver publishes: devices with attributes, ResourceSlices, and per-claim CDI specs.
+
+Pure: a ``Node`` in, JSON-ready dicts out (``resource.k8s.io/v1`` and CDI 0.6.0), so the publisher and
+the kubelet plugin only move them. Facts: shared/reference/dra-protocol.md sections 4 and 6.
+
+Devices. A GPU without MIG is one device ``gpu-<index>``; a GPU in MIG mode is its MIG instances,
+``gpu-<index>-mig-<profile>-<start slot>`` (the whole GPU is not allocatable while MIG is on).
+Attributes (driver domain unless prefixed): ``type`` (``gpu``/``mig``), ``uuid``, ``index``,
+``productName``, ``architecture``, ``cudaComputeCapability`` and ``driverVersion`` (semver),
+``resource.kubernetes.io/pcieRoot`` and ``resource.kubernetes.io/pciBusID``, ``numaNode``; MIG:
+``profile``, ``parentUUID``, ``parentIndex``; capacity ``memory``.
+
+Topology, in two levels a claim can ``matchAttribute`` on:
+
+- ``nvlinkDomain``: the connected component of the NVLink graph (every GPU reaches every other over
+  NVLink, possibly through another GPU). DGX H100: one domain of 8. Seed-8gpu: two domains of 4.
+- ``nvlinkClique``: a set of GPUs that are all pairwise NVLink-connected, found greedily in index
+  order (a GPU joins the first clique it is linked to entirely). DGX-1 V100's hybrid cube mesh is one
+  domain of 8 but two cliques of 4 (its quads); on NVSwitch systems and seed-8gpu clique = domain.
+
+A GPU with no NVLink is a domain and a clique of its own. MIG instances carry their parent's values.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from itertools import combinations
+from typing import Any
+
+from kubegpu.errors import InputError
+from kubegpu.model.gpu import gpu_model
+from kubegpu.model.mig import profile
+from kubegpu.model.node import Gpu, MigInstance, Node
+from kubegpu.model.topology import LinkKind, Topology
+
+__all__ = [
+    "CDI_KIND",
+    "CDI_VERSION",
+    "DRIVER_NAME",
+    "GPU_CLASS",
+    "MAX_DEVICES_PER_SLICE",
+    "MIG_CLASS",
+    "AttributeKind",
+    "ClaimDevice",
+    "DeviceKind",
+    "DraDevice",
+    "cdi_device_name",
+    "cdi_spec",
+    "device_classes",
+    "dra_devices",
+    "nvlink_cliques",
+    "resource_slices",
+    "semver",
+]
+
+DRIVER_NAME = "gpu.kubegpu.io"
+GPU_CLASS = "gpu.kubegpu.io"  # DeviceClass of whole GPUs
+MIG_CLASS = "mig.kubegpu.io"  # DeviceClass of MIG instances
+MAX_DEVICES_PER_SLICE = 128  # the API's limit without taints, counters or list attributes
+CDI_VERSION = "0.6.0"  # the lowest that allows what the specs use (annotations)
+CDI_KIND = "kubegpu.io/gpu"
+STANDARD_DOMAIN = "resource.kubernetes.io"
+
+ApiObject = dict[str, Any]
+
+
+class DeviceKind(StrEnum):
+    GPU = "gpu"
+    MIG = "mig"
+
+
+class AttributeKind(StrEnum):
+    INT = "int"
+    BOOL = "bool"
+    STRING = "string"
+    VERSION = "version"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Attribute:
+    kind: AttributeKind
+    value: int | bool | str
+
+
+@dataclass(frozen=True, kw_only=True)
+class DraDevice:
+    """One allocatable device of the pool; ``uuids`` is what a container gets (one UUID)."""
+
+    name: str
+    kind: DeviceKind
+    gpu_index: int
+    uuid: str
+    memory_mib: int
+    attributes: tuple[tuple[str, Attribute], ...]
+
+    def attribute(self, key: str) -> int | bool | str | None:
+        for k, a in self.attributes:
+            if k == key:
+                return a.value
+        return None
+
+    def to_api(self) -> ApiObject:
+        return {
+            "name": self.name,
+            "attributes": {k: {str(a.kind): a.value} for k, a in self.attributes},
+            "capacity": {"memory": {"value": f"{self.memory_mib}Mi"}},
+        }
+
+
+_SEMVER_CORE = re.compile(r"^(\d+)(?:\.(\d+))?(?:\.(\d+))?")
+
+
+def semver(text: str) -> str | None:
+    """A driver or compute-capability version as semver 2.0.0: ``535.104.05`` -> ``535.104.5``
+    (semver forbids leading zeros), ``9.0`` -> ``9.0.0``; ``None`` when it starts with no number."""
+    m = _SEMVER_CORE.match(text.strip())
+    if m is None:
+        return None
+    return ".".join(str(int(p or "0")) for p in m.groups())
+
+
+def _dns_part(text: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
+
+
+def _components(topology: Topology | None, n: int) -> list[int]:
+    if topology is None or topology.n != n:
+        return list(range(n))
+    domain = [0] * n
+    for d, group in enumerate(topology.nvlink_groups):
+        for g in group:
+            domain[g] = d
+    return domain
+
+
+def nvlink_cliques(topology: Topology | None, n: int) -> list[int]:
+    """Each GPU's clique number: GPUs sharing one are pairwise NVLink-connected (see the module doc)."""
+    if topology is None or topology.n != n:
+        return list(range(n))
+    cliques: list[list[int]] = []
+    of = [0] * n
+    for g in range(n):
+        for c, members in enumerate(cliques):
+            if all(topology.links[g][m].kind is LinkKind.NVLINK for m in members):
+                members.append(g)
+                of[g] = c
+                break
+        else:
+            cliques.append([g])
+            of[g] = len(cliques) - 1
+    return of
+
+
+def _common(
+    gpu: Gpu,
+    *,
+    domain: int,
+    clique: int,
+    driver_version: str | None,
+    pcie_root: str | None,
+) -> list[tuple[str, Attribute]]:
+    attrs: list[tuple[str, Attribute]] = []
+    try:
+        model = gpu_model(gpu.model)
+    except InputError:
+        model = None
+    attrs.append(
+        (
+            "productName",
+            Attribute(kind=AttributeKind.STRING, value=(model.product if model else gpu.model)[:64]),
+        )
+    )
+    if model is not None:
+        attrs.append(("architecture", Attribute(kind=AttributeKind.STRING, value=model.architecture.lower())))
+        cc = semver(f"{model.compute_capability[0]}.{model.compute_capability[1]}")
+        if cc is not None:
+            attrs.append(("cudaComputeCapability", Attribute(kind=AttributeKind.VERSION, value=cc)))
+    if driver_version:
+        version = semver(driver_version)
+        if version is not None:
+            attrs.append(("driverVersion", Attribute(kind=AttributeKind.VERSION, value=version)))
+    if gpu.numa_node is not None:
+        attrs.append(("numaNode", Attribute(kind=AttributeKind.INT, value=gpu.numa_node)))
+    if gpu.pci_bus_id:
+        attrs.append(
+            (
+                f"{STANDARD_DOMAIN}/pciBusID",
+                Attribute(kind=AttributeKind.STRING, value=gpu.pci_bus_id.lower()),
+            )
+        )
+    if pcie_root:
+        attrs.append((f"{STANDARD_DOMAIN}/pcieRoot", Attribute(kind=AttributeKind.STRING, value=pcie_root)))
+    attrs.append(("nvlinkDomain", Attribute(kind=AttributeKind.INT, value=domain)))
+    attrs.append(("nvlinkClique", Attribute(kind=AttributeKind.INT, value=clique)))
+    return attrs
+
+
+def _mig_memory_mib(gpu: Gpu, instance: MigInstance) -> int:
+    try:
+        p = profile(gpu.model, instance.profile)
+    except InputError:
+        return 0
+    if p.memory_gib is not None:
+        return round(p.memory_gib * 1024)
+    return p.memory_gb * 1000 * 1000 * 1000 // (1024 * 1024)
+
+
+def dra_devices(
+    node: Node,
+    *,
+    driver_version: str | None = None,
+    pcie_roots: Mapping[int, str] | None = None,
+    include: Callable[[Gpu], bool] | None = None,
+) -> tuple[DraDevice, ...]:
+    """The node's devices in GPU index order (MIG instances by start slot); ``include`` picks the GPUs
+    DRA serves (the others belong to the device plugin)."""
+    n = len(node.gpus)
+    domains = _components(node.topology, n)
+    cliques = nvlink_cliques(node.topology, n)
+    roots = pcie_roots or {}
+    out: list[DraDevice] = []
+    for gpu in node.gpus:
+        if include is not None and not include(gpu):
+            continue
+        common = _common(
+            gpu,
+            domain=domains[gpu.index] if gpu.index < n else gpu.index,
+            clique=cliques[gpu.index] if gpu.index < n else gpu.index,
+            driver_version=driver_version,
+            pcie_root=roots.get(gpu.index),
+        )
+        if not gpu.mig_enabled:
+            attrs = [
+                ("type", Attribute(kind=AttributeKind.STRING, value=DeviceKind.GPU.value)),
+                ("uuid", Attribute(kind=AttributeKind.STRING, value=str(gpu.uuid))),
+                ("index", Attribute(kind=AttributeKind.INT, value=gpu.index)),
+                *common,
+            ]
+            out.append(
+                DraDevice(
+                    name=f"gpu-{gpu.index}",
+                    kind=DeviceKind.GPU,
+                    gpu_index=gpu.index,
+                    uuid=str(gpu.uuid),
+                    memory_mib=gpu.memory_mib,
+                    attributes=tuple(attrs),
+                )
+            )
+            continue
+        for inst in sorted(gpu.mig_instances, key=lambda m: m.start_slot):
+            attrs = [
+                ("type", Attribute(kind=AttributeKind.STRING, value=DeviceKind.MIG.value)),
+                ("uuid", Attribute(kind=AttributeKind.STRING, value=str(inst.uuid))),
+                ("index", Attribute(kind=AttributeKind.INT, value=gpu.index)),
+                ("profile", Attribute(kind=AttributeKind.STRING, value=inst.profile)),
+                ("parentUUID", Attribute(kind=AttributeKind.STRING, value=str(gpu.uuid))),
+                ("parentIndex", Attribute(kind=AttributeKind.INT, value=gpu.index)),
+                *common,
+            ]
+            out.append(
+                DraDevice(
+                    name=f"gpu-{gpu.index}-mig-{_dns_part(inst.profile)}-{inst.start_slot}",
+                    kind=DeviceKind.MIG,
+                    gpu_index=gpu.index,
+                    uuid=str(inst.uuid),
+                    memory_mib=_mig_memory_mib(gpu, inst),
+                    attributes=tuple(attrs),
+                )
+            )
+    return tuple(out)
+
+
+def resource_slices(
+    *,
+    node_name: str,
+    node_uid: str | None,
+    devices: Sequence[DraDevice],
+    generation: int,
+    driver: str = DRIVER_NAME,
+) -> list[ApiObject]:
+    """The pool's ResourceSlices (pool = node), at most ``MAX_DEVICES_PER_SLICE`` devices each, named
+    ``<node>-<driver>-<k>`` so publishing is an idempotent create-or-replace; at least one (possibly
+    empty) slice, because an empty pool is not the same as no pool."""
+    chunks = [
+        list(devices[i : i + MAX_DEVICES_PER_SLICE]) for i in range(0, len(devices), MAX_DEVICES_PER_SLICE)
+    ]
+    chunks = chunks or [[]]
+    slices: list[ApiObject] = []
+    for k, chunk in enumerate(chunks):
+        metadata: ApiObject = {
+            "name": f"{node_name}-{driver}-{k}",
+            "labels": {"app.kubernetes.io/managed-by": "kubegpu", "kubegpu.io/node": node_name[:63]},
+        }
+        if node_uid:
+            metadata["ownerReferences"] = [
+                {"apiVersion": "v1", "kind": "Node", "name": node_name, "uid": node_uid, "controller": True}
+            ]
+        slices.append(
+            {
+                "apiVersion": "resource.k8s.io/v1",
+                "kind": "ResourceSlice",
+                "metadata": metadata,
+                "spec": {
+                    "driver": driver,
+                    "nodeName": node_name,
+                    "pool": {"name": node_name, "generation": generation, "resourceSliceCount": len(chunks)},
+                    "devices": [d.to_api() for d in chunk],
+                },
+            }
+        )
+    return slices
+
+
+def device_classes(driver: str = DRIVER_NAME) -> list[ApiObject]:
+    """The two DeviceClasses: whole GPUs and MIG instances of this driver."""
+
+    def one(name: str, kind: DeviceKind) -> ApiObject:
+        expression = f'device.driver == "{driver}" && device.attributes["{driver}"].type == "{kind.value}"'
+        return {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "DeviceClass",
+            "metadata": {"name": name, "labels": {"app.kubernetes.io/managed-by": "kubegpu"}},
+            "spec": {"selectors": [{"cel": {"expression": expression}}]},
+        }
+
+    return [one(GPU_CLASS, DeviceKind.GPU), one(MIG_CLASS, DeviceKind.MIG)]
+
+
+@dataclass(frozen=True, kw_only=True)
+class ClaimDevice:
+    """One allocation result of a claim that names this driver's device."""
+
+    request: str  # the base request name (``gpus``, not ``gpus/a100``)
+    device: DraDevice
+
+
+def cdi_device_name(claim_uid: str, request: str) -> str:
+    """The CDI device of one request of one claim; the claim UID in it keeps runtime caches honest."""
+    return f"{claim_uid}-{_dns_part(request) or 'request'}"
+
+
+def cdi_spec(
+    claim_uid: str,
+    devices: Iterable[ClaimDevice],
+    *,
+    mounts: Sequence[tuple[str, str]] = (),
+) -> ApiObject:
+    """The claim's CDI spec: one CDI device per request with ``NVIDIA_VISIBLE_DEVICES`` = its UUIDs
+    (in device order), plus ``mounts`` (host path, container path) read-only, e.g. the simulated
+    ``nvidia-smi``."""
+    by_request: dict[str, list[DraDevice]] = {}
+    for cd in devices:
+        by_request.setdefault(cd.request, []).append(cd.device)
+    entries: list[ApiObject] = []
+    for request, devs in by_request.items():
+        uuids = ",".join(d.uuid for d in devs)
+        edits: ApiObject = {
+            "env": [
+                f"NVIDIA_VISIBLE_DEVICES={uuids}",
+                f"KUBEGPU_CLAIM_DEVICES={','.join(d.name for d in devs)}",
+            ]
+        }
+        if mounts:
+            edits["mounts"] = [
+                {"hostPath": h, "containerPath": c, "options": ["ro", "nosuid", "nodev", "bind"]}
+                for h, c in mounts
+            ]
+        entries.append({"name": cdi_device_name(claim_uid, request), "containerEdits": edits})
+    return {"cdiVersion": CDI_VERSION, "kind": CDI_KIND, "devices": entries}
+
+
+def pairwise_nvlink(topology: Topology, devices: Iterable[int]) -> bool:
+    """Whether every pair of ``devices`` is directly NVLink-connected (what ``nvlinkClique`` promises)."""
+    return all(topology.links[a][b].kind is LinkKind.NVLINK for a, b in combinations(sorted(devices), 2))
