@@ -1,0 +1,164 @@
+"""kubegpu's DRA driver on the real kubelet, scheduler and containerd of the rig.
+
+`kubegpu dra serve` runs as a host process on the rig's node (simulated seed-8gpu: two NVLink groups of
+four). It registers with kubelet through plugins_registry, publishes the node's ResourceSlice, and
+prepares claims: the real scheduler's DRA allocator picks devices, kubelet calls NodePrepareResources,
+containerd applies the CDI spec the driver wrote, and the pod sees NVIDIA_VISIBLE_DEVICES and the
+simulated nvidia-smi.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.e2e.conftest import (
+    AgentProcess,
+    Cluster,
+    _current_logs,
+    gpu_index_by_uuid,
+    in_ns,
+    kubegpu_argv,
+    pod,
+    wait_until,
+)
+from tests.e2e.rig.rig import CDI_SPEC_DIRS, KUBELET_ROOT, NODE_NAME, Rig
+
+pytestmark = pytest.mark.e2e
+
+SEED = "builtin:seed-8gpu"
+DRIVER = "gpu.kubegpu.io"
+GROUPS = ({0, 1, 2, 3}, {4, 5, 6, 7})  # seed-8gpu's NVLink groups
+
+
+@pytest.fixture
+def dra_driver(rig: Rig, tmp_path: Path) -> Iterator[AgentProcess]:
+    classes = subprocess.run(
+        kubegpu_argv("dra", "classes"), capture_output=True, text=True, timeout=60, check=True
+    )
+    rig.kubectl("apply", "-f", "-", input_text=classes.stdout)
+    argv = kubegpu_argv(
+        "dra",
+        "serve",
+        "--node-spec",
+        SEED,
+        "--node-name",
+        NODE_NAME,
+        "--kubeconfig",
+        str(rig.paths.kubeconfig),
+        "--kubelet-dir",
+        str(KUBELET_ROOT),
+        "--cdi-dir",
+        str(CDI_SPEC_DIRS[-1]),
+        "--simulated-nvidia-smi",
+        "--resync",
+        "2",
+    )
+    log_path = tmp_path / "dra.log"
+    with log_path.open("wb") as logf:
+        proc = subprocess.Popen(argv, stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    driver = AgentProcess(argv=argv, log_path=log_path, proc=proc)
+    _current_logs.append(driver.log_tail)
+    yield driver
+    driver.stop()
+    _current_logs.remove(driver.log_tail)
+
+
+def slices(rig: Rig) -> list[dict[str, Any]]:
+    out = rig.kubectl(
+        "get",
+        "resourceslices",
+        "--field-selector",
+        f"spec.nodeName={NODE_NAME},spec.driver={DRIVER}",
+        "-o",
+        "json",
+    ).stdout
+    items: list[dict[str, Any]] = json.loads(out)["items"]
+    return items
+
+
+def claim(name: str, count: int, *, clique: bool = True) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "devices": {"requests": [{"name": "gpus", "exactly": {"deviceClassName": DRIVER, "count": count}}]}
+    }
+    if clique:
+        spec["devices"]["constraints"] = [{"requests": ["gpus"], "matchAttribute": f"{DRIVER}/nvlinkClique"}]
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": name},
+        "spec": spec,
+    }
+
+
+def claim_pod(name: str, claim_name: str) -> dict[str, Any]:
+    p = pod(name, command="env; nvidia-smi -L; echo KUBEGPU_ENV_END=1; sleep 3600")
+    p["spec"]["resourceClaims"] = [{"name": "gpus", "resourceClaimName": claim_name}]
+    p["spec"]["containers"][0]["resources"] = {"claims": [{"name": "gpus"}]}
+    return p
+
+
+def allocated(cluster: Cluster, ns: str, name: str) -> list[str]:
+    results = cluster.get("resourceclaim", name, ns)["status"]["allocation"]["devices"]["results"]
+    return [r["device"] for r in results]
+
+
+def test_a_claim_for_nvlink_connected_gpus_runs_with_exactly_those_gpus(
+    cluster: Cluster, rig: Rig, dra_driver: AgentProcess
+) -> None:
+    wait_until(
+        "the driver's ResourceSlice with 8 devices",
+        lambda: slices(rig),
+        60,
+        accept=lambda s: len(s) == 1 and len(s[0]["spec"]["devices"]) == 8,
+    )
+    by_uuid = gpu_index_by_uuid(SEED)
+    ns = cluster.namespace("dra")
+
+    # Two GPUs of one NVLink clique: the pod gets exactly the two the scheduler allocated.
+    cluster.apply(in_ns(claim("pair", 2), ns))
+    cluster.apply(in_ns(claim_pod("pair", "pair"), ns))
+    cluster.wait_running(ns, "pair", timeout_s=120)
+    env = cluster.env(ns, "pair")
+    visible = [by_uuid[u] for u in env["NVIDIA_VISIBLE_DEVICES"].split(",")]
+    assert sorted(f"gpu-{i}" for i in visible) == sorted(allocated(cluster, ns, "pair"))
+    assert any(set(visible) <= g for g in GROUPS), visible
+    listed = [line for line in cluster.logs(ns, "pair").splitlines() if line.startswith("GPU ")]
+    assert len(listed) == 2, listed  # the simulated nvidia-smi sees what CDI made visible
+
+    # Four in one clique: only the other group has four free, so that is where the claim must land.
+    cluster.apply(in_ns(claim("quad", 4), ns))
+    cluster.apply(in_ns(claim_pod("quad", "quad"), ns))
+    cluster.wait_running(ns, "quad", timeout_s=120)
+    quad = {int(d.removeprefix("gpu-")) for d in allocated(cluster, ns, "quad")}
+    assert quad in GROUPS and not quad & set(visible)
+
+    # Three in one clique cannot fit anywhere now: the real scheduler says so.
+    cluster.apply(in_ns(claim("three", 3), ns))
+    cluster.apply(in_ns(claim_pod("three", "three"), ns))
+    cluster.wait_event(ns, "three", "FailedScheduling", "", timeout_s=60)
+    assert cluster.pod_phase(ns, "three") == "Pending"
+
+    # The pod ends: kubelet unprepares the claim and the driver removes its CDI spec.
+    uid = cluster.get("resourceclaim", "pair", ns)["metadata"]["uid"]
+    spec_file = CDI_SPEC_DIRS[-1] / f"kubegpu.io-gpu_{uid}.json"
+    assert spec_file.exists()
+    rig.kubectl("delete", "pod", "-n", ns, "pair", "--wait=true", "--timeout=60s")
+    wait_until(f"{spec_file} removed after unprepare", lambda: not spec_file.exists(), 60)
+
+
+def test_slices_deleted_by_hand_come_back(cluster: Cluster, rig: Rig, dra_driver: AgentProcess) -> None:
+    wait_until("the driver's ResourceSlice", lambda: slices(rig), 60, accept=lambda s: len(s) == 1)
+    first = slices(rig)[0]["spec"]["pool"]["generation"]
+    rig.kubectl(
+        "delete", "resourceslices", "--field-selector", f"spec.nodeName={NODE_NAME},spec.driver={DRIVER}"
+    )
+    back = wait_until("the ResourceSlice re-created", lambda: slices(rig), 30, accept=lambda s: len(s) == 1)
+    assert back[0]["spec"]["pool"]["generation"] >= 1
+    assert len(back[0]["spec"]["devices"]) == 8
+    assert first >= 1

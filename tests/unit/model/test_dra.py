@@ -1,0 +1,177 @@
+"""What the DRA driver publishes: devices, attributes a claim can match on, slices and CDI specs."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from kubegpu.model.dra import (
+    CDI_KIND,
+    DRIVER_NAME,
+    MAX_DEVICES_PER_SLICE,
+    ClaimDevice,
+    DeviceKind,
+    cdi_device_name,
+    cdi_spec,
+    device_classes,
+    dra_devices,
+    pairwise_nvlink,
+    resource_slices,
+    semver,
+)
+from kubegpu.model.node import Gpu, GpuUuid, Node
+from kubegpu.sources.spec import load_node
+
+DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+
+
+def _groups(node: Node, key: str) -> list[list[int]]:
+    out: dict[object, list[int]] = {}
+    for d in dra_devices(node):
+        out.setdefault(d.attribute(key), []).append(d.gpu_index)
+    return sorted(out.values())
+
+
+def test_seed_8gpu_has_two_nvlink_groups_that_are_domains_and_cliques() -> None:
+    node = load_node("builtin:seed-8gpu")
+    assert _groups(node, "nvlinkDomain") == [[0, 1, 2, 3], [4, 5, 6, 7]]
+    assert _groups(node, "nvlinkClique") == [[0, 1, 2, 3], [4, 5, 6, 7]]
+
+
+def test_dgx1_hybrid_cube_mesh_is_one_domain_but_two_fully_connected_quads() -> None:
+    node = load_node("builtin:dgx1-v100")
+    assert _groups(node, "nvlinkDomain") == [list(range(8))]
+    cliques = _groups(node, "nvlinkClique")
+    assert cliques == [[0, 1, 2, 3], [4, 5, 6, 7]]
+    assert node.topology is not None
+    for clique in cliques:
+        assert pairwise_nvlink(node.topology, clique)
+    assert not pairwise_nvlink(node.topology, [0, 1, 2, 3, 4])
+
+
+def test_nvswitch_node_is_one_clique_of_eight() -> None:
+    node = load_node("builtin:dgx-h100")
+    assert _groups(node, "nvlinkClique") == [list(range(8))]
+
+
+def test_whole_gpu_attributes_and_capacity() -> None:
+    node = load_node("builtin:dgx-h100")
+    device = dra_devices(node, driver_version="535.104.05")[3].to_api()
+    assert device["name"] == "gpu-3"
+    attrs = device["attributes"]
+    assert attrs["type"] == {"string": "gpu"}
+    assert attrs["uuid"] == {"string": str(node.gpus[3].uuid)}
+    assert attrs["index"] == {"int": 3}
+    assert attrs["productName"]["string"].startswith("NVIDIA H100")
+    assert attrs["architecture"] == {"string": "hopper"}
+    assert attrs["cudaComputeCapability"] == {"version": "9.0.0"}
+    assert attrs["driverVersion"] == {"version": "535.104.5"}  # semver has no leading zeros
+    assert device["capacity"] == {"memory": {"value": f"{node.gpus[3].memory_mib}Mi"}}
+    assert len(attrs) + len(device["capacity"]) <= 32
+
+
+def test_mig_gpu_publishes_its_instances_not_itself() -> None:
+    node = load_node("builtin:h100-mig-mixed")
+    devices = dra_devices(node)
+    mig_gpus = {g.index for g in node.gpus if g.mig_enabled}
+    assert mig_gpus
+    assert not any(d.kind is DeviceKind.GPU and d.gpu_index in mig_gpus for d in devices)
+    migs = [d for d in devices if d.kind is DeviceKind.MIG]
+    assert len(migs) == sum(len(g.mig_instances) for g in node.gpus if g.mig_enabled)
+    one = migs[0].to_api()
+    parent = node.gpus[migs[0].gpu_index]
+    assert one["attributes"]["parentUUID"] == {"string": str(parent.uuid)}
+    assert one["attributes"]["profile"]["string"] in {m.profile for m in parent.mig_instances}
+    assert 0 < migs[0].memory_mib < parent.memory_mib
+    names = [d.name for d in devices]
+    assert len(set(names)) == len(names)
+    assert all(DNS_LABEL.match(n) and len(n) <= 63 for n in names)
+
+
+def test_served_gpus_can_be_restricted() -> None:
+    node = load_node("builtin:seed-8gpu")
+    assert [d.gpu_index for d in dra_devices(node, include=lambda g: g.index >= 6)] == [6, 7]
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("550.54.15", "550.54.15"),
+        ("535.104.05", "535.104.5"),
+        ("9.0", "9.0.0"),
+        ("12", "12.0.0"),
+        ("x", None),
+    ],
+)
+def test_semver(text: str, expected: str | None) -> None:
+    assert semver(text) == expected
+
+
+def _big_node(n: int) -> Node:
+    gpus = tuple(
+        Gpu(
+            index=i,
+            uuid=GpuUuid(f"GPU-{i:08d}"),
+            model="H100-80GB",
+            memory_mib=81559,
+            numa_node=None,
+            pci_bus_id="",
+        )
+        for i in range(n)
+    )
+    return Node(name="big", gpus=gpus, topology=None)
+
+
+def test_slices_hold_at_most_128_devices_and_all_share_one_generation() -> None:
+    devices = dra_devices(_big_node(MAX_DEVICES_PER_SLICE + 5))
+    slices = resource_slices(node_name="n1", node_uid="u-1", devices=devices, generation=7)
+    assert [len(s["spec"]["devices"]) for s in slices] == [128, 5]
+    for s in slices:
+        assert s["spec"]["driver"] == DRIVER_NAME
+        assert s["spec"]["nodeName"] == "n1"
+        assert s["spec"]["pool"] == {"name": "n1", "generation": 7, "resourceSliceCount": 2}
+        assert s["metadata"]["ownerReferences"][0] == {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "name": "n1",
+            "uid": "u-1",
+            "controller": True,
+        }
+    assert len({s["metadata"]["name"] for s in slices}) == 2
+
+
+def test_a_node_without_devices_still_has_an_empty_pool() -> None:
+    slices = resource_slices(node_name="n1", node_uid=None, devices=(), generation=1)
+    assert len(slices) == 1
+    assert slices[0]["spec"]["devices"] == []
+    assert "ownerReferences" not in slices[0]["metadata"]
+
+
+def test_device_classes_select_by_driver_and_type() -> None:
+    gpu, mig = device_classes()
+    assert gpu["metadata"]["name"] == "gpu.kubegpu.io"
+    assert mig["metadata"]["name"] == "mig.kubegpu.io"
+    assert '.type == "gpu"' in gpu["spec"]["selectors"][0]["cel"]["expression"]
+    assert '.type == "mig"' in mig["spec"]["selectors"][0]["cel"]["expression"]
+
+
+def test_cdi_spec_has_one_device_per_request_with_its_uuids() -> None:
+    node = load_node("builtin:seed-8gpu")
+    d = dra_devices(node)
+    spec = cdi_spec(
+        "uid-1",
+        [
+            ClaimDevice(request="gpus", device=d[0]),
+            ClaimDevice(request="gpus", device=d[1]),
+            ClaimDevice(request="extra", device=d[5]),
+        ],
+        mounts=[("/host/nvidia-smi", "/usr/bin/nvidia-smi")],
+    )
+    assert spec["kind"] == CDI_KIND
+    by_name = {e["name"]: e["containerEdits"] for e in spec["devices"]}
+    assert set(by_name) == {cdi_device_name("uid-1", "gpus"), cdi_device_name("uid-1", "extra")}
+    gpus = by_name[cdi_device_name("uid-1", "gpus")]
+    assert f"NVIDIA_VISIBLE_DEVICES={d[0].uuid},{d[1].uuid}" in gpus["env"]
+    assert gpus["mounts"][0]["containerPath"] == "/usr/bin/nvidia-smi"
+    assert f"NVIDIA_VISIBLE_DEVICES={d[5].uuid}" in by_name[cdi_device_name("uid-1", "extra")]["env"]
