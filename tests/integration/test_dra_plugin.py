@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import shutil
 import stat
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -41,8 +43,11 @@ def claims() -> Claims:
 
 
 @pytest.fixture
-def root(tmp_path: Path) -> Path:
-    return tmp_path
+def root() -> Iterator[Path]:
+    """Unix socket paths hold 107 bytes; pytest's tmp_path can be longer than that with our socket names."""
+    path = Path(tempfile.mkdtemp(prefix="kgdra-", dir="/tmp"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
 
 
 @pytest.fixture

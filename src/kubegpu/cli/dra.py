@@ -98,6 +98,12 @@ def register(app: typer.Typer) -> None:
                 help="--node-spec only: mount a stand-in nvidia-smi into containers.",
             ),
         ] = False,
+        fault_file: Annotated[
+            Path | None,
+            typer.Option(
+                "--fault-file", help="Inject GPU health events from this file (as for kubegpu agent)."
+            ),
+        ] = None,
         resync: Annotated[
             float, typer.Option("--resync", min=0.5, help="Seconds between slice reconciles.")
         ] = 10.0,
@@ -125,9 +131,15 @@ def register(app: typer.Typer) -> None:
             kubeconfig=kubeconfig,
             simulated_nvidia_smi=simulated_nvidia_smi,
             resync_s=resync,
+            fault_file=fault_file,
         )
-        node, driver_version = load_node(options)
+        reading = load_node(options)
         api = KubeApi(kubeconfig=kubeconfig)
         DraService(
-            options, node=node, driver_version=driver_version, api=api, claims=api
+            options,
+            node=reading.node,
+            driver_version=reading.driver_version,
+            api=api,
+            claims=api,
+            health_sources=reading.health_sources,
         ).run_until_signalled()

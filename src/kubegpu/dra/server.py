@@ -31,7 +31,7 @@ from kubegpu.dra.api import dra_v1beta1_pb2_grpc as v1beta1_grpc
 from kubegpu.dra.api import registration_v1_pb2 as reg
 from kubegpu.dra.api import registration_v1_pb2_grpc as reg_grpc
 from kubegpu.dra.driver import ClaimRef, DraDriver
-from kubegpu.errors import RegistrationFailed
+from kubegpu.errors import InputError, RegistrationFailed
 
 __all__ = ["PLUGIN_TYPE", "SUPPORTED_VERSIONS", "DraServer", "RegistrationState"]
 
@@ -119,8 +119,12 @@ class _RegistrationServicer(reg_grpc.RegistrationServicer):
 
 
 def _bind(server: grpc.Server, path: Path) -> None:
-    if len(str(path).encode()) > SUN_PATH_MAX:
-        raise RegistrationFailed(f"socket path {path} is longer than {SUN_PATH_MAX} bytes")
+    length = len(str(path).encode())
+    if length > SUN_PATH_MAX:
+        raise InputError(
+            f"--kubelet-dir: the socket path {path} is {length} bytes, but a unix socket path holds at most "
+            f"{SUN_PATH_MAX}; use a shorter kubelet directory"
+        )
     make_dirs(path.parent)
     path.unlink(missing_ok=True)  # a stale socket of an earlier run
     with bound_with_mode(path):

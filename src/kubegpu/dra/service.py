@@ -8,11 +8,12 @@ prepared claim's CDI spec mounts it, as the device plugin does.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import signal
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
@@ -22,13 +23,30 @@ from kubegpu.dra.checkpoint import CHECKPOINT_NAME, CdiStore, Checkpoint
 from kubegpu.dra.driver import ClaimReader, DraDriver
 from kubegpu.dra.server import DraServer
 from kubegpu.dra.slices import SliceApi, SliceKeeper, SlicePublisher
-from kubegpu.errors import InputError
+from kubegpu.echo import clip
+from kubegpu.errors import InputError, UnknownGpuError
+from kubegpu.health.policy import HealthPolicy
+from kubegpu.health.tracker import HealthTracker
 from kubegpu.model.dra import CDI_KIND, DRIVER_NAME, DraDevice, dra_devices
+from kubegpu.model.event import GpuEvent
 from kubegpu.model.node import Node
+from kubegpu.sources.faults import FaultFileFollower
 
-__all__ = ["DEFAULT_CDI_DIR", "DEFAULT_KUBELET_DIR", "DraOptions", "DraService", "load_node", "pcie_root"]
+__all__ = [
+    "DEFAULT_CDI_DIR",
+    "DEFAULT_KUBELET_DIR",
+    "DraOptions",
+    "DraService",
+    "HealthSource",
+    "NodeReading",
+    "load_node",
+    "pcie_root",
+]
 
 log = logging.getLogger(__name__)
+
+# watch_health(stop, emit): NVML's event loop (NvmlSource.watch_health), run on its own thread
+HealthSource = Callable[[threading.Event, Callable[[GpuEvent], None]], None]
 
 DEFAULT_KUBELET_DIR = Path("/var/lib/kubelet")
 DEFAULT_CDI_DIR = Path("/var/run/cdi")
@@ -46,6 +64,7 @@ class DraOptions:
     kubeconfig: str | None = None
     simulated_nvidia_smi: bool = False
     resync_s: float = 10.0
+    fault_file: Path | None = None  # health events to inject, as for the agent (docs/agent.md)
 
     @property
     def plugin_dir(self) -> Path:
@@ -72,21 +91,29 @@ def pcie_root(bus_id: str, sysfs: Path = Path("/sys")) -> str | None:
     return None
 
 
-def load_node(options: DraOptions) -> tuple[Node, str | None]:
-    """The node and, from NVML, the driver version."""
+@dataclass(frozen=True, kw_only=True)
+class NodeReading:
+    node: Node
+    driver_version: str | None = None
+    health_sources: tuple[HealthSource, ...] = ()  # NVML's event loop; none for simulated GPUs
+
+
+def load_node(options: DraOptions) -> NodeReading:
+    """The node; from NVML also the driver version and its health-event loop (NVML stays open)."""
     if options.use_nvml:
         from kubegpu.sources.nvml import NvmlSource
 
         source = NvmlSource.open()
-        try:
-            return source.read_node(options.node_name), source.driver_version()
-        finally:
-            source.close()
+        return NodeReading(
+            node=source.read_node(options.node_name),
+            driver_version=source.driver_version(),
+            health_sources=(source.watch_health,),
+        )
     if options.node_spec is None:
         raise InputError("give a GPU source: --node-spec SOURCE (simulated GPUs) or --nvml (real GPUs)")
     from kubegpu.sources.spec import load_node as load_spec
 
-    return load_spec(options.node_spec), None
+    return NodeReading(node=load_spec(options.node_spec))
 
 
 class DraService:
@@ -98,6 +125,8 @@ class DraService:
         driver_version: str | None,
         api: SliceApi,
         claims: ClaimReader,
+        health: HealthPolicy | None = None,
+        health_sources: Sequence[HealthSource] = (),
     ) -> None:
         self.options = options
         self.node = node
@@ -106,9 +135,18 @@ class DraService:
             if options.use_nvml
             else {}
         )
-        self._devices: Sequence[DraDevice] = dra_devices(
+        self._all_devices: Sequence[DraDevice] = dra_devices(
             node, driver_version=driver_version, pcie_roots=roots
         )
+        aliases = {str(g.uuid): g.index for g in node.gpus}
+        aliases.update({str(m.uuid): g.index for g in node.gpus for m in g.mig_instances})
+        self.tracker = HealthTracker(
+            gpu_count=len(node.gpus), aliases=aliases, policy=health or HealthPolicy()
+        )
+        self._devices: Sequence[DraDevice] = self._healthy()
+        self._health_watchers: list[threading.Thread] = []
+        self._followers: list[FaultFileFollower] = []
+        self.health_sources = list(health_sources)
         mounts: tuple[tuple[str, str], ...] = ()
         if options.simulated_nvidia_smi and not options.use_nvml and node.gpus:
             path = nvidia_smi.install(node, options.plugin_dir / SIM_TOOLS_DIR)
@@ -139,9 +177,52 @@ class DraService:
     def devices(self) -> Sequence[DraDevice]:
         return self._devices
 
+    def _healthy(self) -> Sequence[DraDevice]:
+        return tuple(d for d in self._all_devices if self.tracker.is_healthy(d.gpu_index))
+
+    def apply_event(self, observed: GpuEvent) -> None:
+        """A health event from NVML or the fault file; a GPU that turns unhealthy leaves the slice."""
+        event = dataclasses.replace(observed, detail=clip(observed.detail))
+        try:
+            self.tracker.apply(event)
+        except UnknownGpuError as exc:
+            log.error("health event for an unknown GPU ignored", extra={"error": str(exc)})
+
+    def _follow_health(self) -> None:
+        """Republish on every health change (and let quiet GPUs recover, per the policy)."""
+        seen = self.tracker.version
+        while not self._stop.is_set():
+            seen_now = self.tracker.wait_for_change(seen, 1.0)
+            self.tracker.recover_quiet()
+            seen_now = self.tracker.version
+            if seen_now == seen:
+                continue
+            seen = seen_now
+            devices = self._healthy()
+            self._devices = devices
+            self.driver.set_devices(devices)
+            self.slices.poke()
+            log.info(
+                "published devices changed with GPU health",
+                extra={"devices": len(devices), "withheld": len(self._all_devices) - len(devices)},
+            )
+
     def start(self) -> None:
         self.server.start()
         self.slices.start()
+        watcher = threading.Thread(target=self._follow_health, name="dra-health", daemon=True)
+        watcher.start()
+        self._health_watchers.append(watcher)
+        if self.options.fault_file is not None:
+            follower = FaultFileFollower(self.options.fault_file, self.apply_event)
+            follower.start()
+            self._followers.append(follower)
+        for source in self.health_sources:
+            t = threading.Thread(
+                target=source, args=(self._stop, self.apply_event), name="dra-nvml", daemon=True
+            )
+            t.start()
+            self._health_watchers.append(t)
         log.info(
             "DRA driver started",
             extra={
@@ -153,6 +234,9 @@ class DraService:
 
     def stop(self) -> None:
         self._stop.set()
+        self.tracker.wake()
+        for follower in self._followers:
+            follower.stop()
         self.slices.stop()
         self.server.stop()
         log.info("DRA driver stopped", extra={"driver": self.options.driver})
