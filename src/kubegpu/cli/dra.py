@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Annotated
 
@@ -98,6 +99,14 @@ def register(app: typer.Typer) -> None:
                 help="--node-spec only: mount a stand-in nvidia-smi into containers.",
             ),
         ] = False,
+        config_file: Annotated[
+            Path | None,
+            typer.Option(
+                "--config",
+                help="The agent's config file: kubegpu.dra.gpus picks the GPUs served here (the agent leaves "
+                "them out), kubegpu.health the health policy. Default: every GPU, NVIDIA's health policy.",
+            ),
+        ] = None,
         fault_file: Annotated[
             Path | None,
             typer.Option(
@@ -113,9 +122,11 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Run the DRA kubelet plugin and keep this node's ResourceSlices, until SIGTERM."""
         from kubegpu.cli.logs import setup_logging
+        from kubegpu.deviceplugin.config import load_config
         from kubegpu.dra.service import DraOptions, DraService, load_node
         from kubegpu.errors import InputError
         from kubegpu.kubeapi import KubeApi
+        from kubegpu.model.dra import DraGpus
 
         if node_spec is not None and nvml:
             raise InputError("give one GPU source: --node-spec or --nvml, not both")
@@ -133,6 +144,16 @@ def register(app: typer.Typer) -> None:
             resync_s=resync,
             fault_file=fault_file,
         )
+        gpus, health = DraGpus(all=True), None
+        if config_file is not None or os.environ.get("KUBEGPU_DRA_GPUS"):
+            config = load_config(config_file, env=dict(os.environ))
+            if not config.dra_gpus.any:
+                where = config_file or "KUBEGPU_DRA_GPUS"
+                raise InputError(
+                    f"{where}: kubegpu.dra.gpus is none, so the device plugin serves every GPU of this node; "
+                    "set it to all or to GPU indexes for the DRA driver to serve them"
+                )
+            gpus, health = config.dra_gpus, config.health
         reading = load_node(options)
         api = KubeApi(kubeconfig=kubeconfig)
         DraService(
@@ -141,5 +162,7 @@ def register(app: typer.Typer) -> None:
             driver_version=reading.driver_version,
             api=api,
             claims=api,
+            health=health,
             health_sources=reading.health_sources,
+            gpus=gpus,
         ).run_until_signalled()

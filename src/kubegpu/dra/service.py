@@ -27,7 +27,7 @@ from kubegpu.echo import clip
 from kubegpu.errors import InputError, UnknownGpuError
 from kubegpu.health.policy import HealthPolicy
 from kubegpu.health.tracker import HealthTracker
-from kubegpu.model.dra import CDI_KIND, DRIVER_NAME, DraDevice, dra_devices
+from kubegpu.model.dra import CDI_KIND, DRIVER_NAME, DraDevice, DraGpus, dra_devices
 from kubegpu.model.event import GpuEvent
 from kubegpu.model.node import Node
 from kubegpu.sources.faults import FaultFileFollower
@@ -127,6 +127,7 @@ class DraService:
         claims: ClaimReader,
         health: HealthPolicy | None = None,
         health_sources: Sequence[HealthSource] = (),
+        gpus: DraGpus | None = None,
     ) -> None:
         self.options = options
         self.node = node
@@ -135,8 +136,15 @@ class DraService:
             if options.use_nvml
             else {}
         )
+        served = gpus or DraGpus(all=True)
+        missing = sorted(i for i in served.indexes if not any(g.index == i for g in node.gpus))
+        if missing:
+            raise InputError(
+                f"kubegpu.dra.gpus: GPU {', '.join(map(str, missing))} is not on node {node.name} "
+                f"(GPUs {', '.join(str(g.index) for g in node.gpus) or 'none'})"
+            )
         self._all_devices: Sequence[DraDevice] = dra_devices(
-            node, driver_version=driver_version, pcie_roots=roots
+            node, driver_version=driver_version, pcie_roots=roots, include=lambda g: served.serves(g.index)
         )
         aliases = {str(g.uuid): g.index for g in node.gpus}
         aliases.update({str(m.uuid): g.index for g in node.gpus for m in g.mig_instances})

@@ -47,6 +47,7 @@ __all__ = [
     "ClaimDevice",
     "DeviceKind",
     "DraDevice",
+    "DraGpus",
     "cdi_device_name",
     "cdi_spec",
     "device_classes",
@@ -77,6 +78,27 @@ class AttributeKind(StrEnum):
     BOOL = "bool"
     STRING = "string"
     VERSION = "version"
+
+
+@dataclass(frozen=True, kw_only=True)
+class DraGpus:
+    """Which GPUs of a node DRA serves; the device plugin serves the others, so no GPU is offered
+    twice. Default: none (the device plugin serves every GPU)."""
+
+    all: bool = False
+    indexes: frozenset[int] = frozenset()
+
+    def serves(self, index: int) -> bool:
+        return self.all or index in self.indexes
+
+    @property
+    def any(self) -> bool:
+        return self.all or bool(self.indexes)
+
+    def __str__(self) -> str:
+        if self.all:
+            return "all"
+        return ",".join(str(i) for i in sorted(self.indexes)) or "none"
 
 
 @dataclass(frozen=True, kw_only=True)
