@@ -236,6 +236,11 @@ class KubeApi:
         )
         return self.request("GET", path, idempotent=True)
 
+    def list_resource_claims(self) -> list[ApiObject]:
+        """Every ResourceClaim (all namespaces): the DRA driver reads which of its devices are allocated."""
+        doc = self.request("GET", f"{self._RESOURCE}/resourceclaims", idempotent=True) or {}
+        return [i for i in doc.get("items", []) if isinstance(i, dict)]
+
     def list_resource_slices(self, *, node_name: str, driver: str) -> list[ApiObject]:
         """This node's slices of ``driver`` (the field selectors the node authorizer also allows)."""
         query = {"fieldSelector": f"spec.nodeName={node_name},spec.driver={driver}"}

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -36,37 +36,51 @@ DRIVER = "gpu.kubegpu.io"
 GROUPS = ({0, 1, 2, 3}, {4, 5, 6, 7})  # seed-8gpu's NVLink groups
 
 
+StartDra = Callable[..., AgentProcess]
+
+
 @pytest.fixture
-def dra_driver(rig: Rig, tmp_path: Path) -> Iterator[AgentProcess]:
+def start_dra(rig: Rig, tmp_path: Path) -> Iterator[StartDra]:
+    """Start `kubegpu dra serve` on the rig's node (DeviceClasses applied first); stopped afterwards."""
     classes = subprocess.run(
         kubegpu_argv("dra", "classes"), capture_output=True, text=True, timeout=60, check=True
     )
     rig.kubectl("apply", "-f", "-", input_text=classes.stdout)
-    argv = kubegpu_argv(
-        "dra",
-        "serve",
-        "--node-spec",
-        SEED,
-        "--node-name",
-        NODE_NAME,
-        "--kubeconfig",
-        str(rig.paths.kubeconfig),
-        "--kubelet-dir",
-        str(KUBELET_ROOT),
-        "--cdi-dir",
-        str(CDI_SPEC_DIRS[-1]),
-        "--simulated-nvidia-smi",
-        "--resync",
-        "2",
+    started: list[AgentProcess] = []
+
+    def start(*extra: str) -> AgentProcess:
+        argv = kubegpu_argv(
+            "dra", "serve", "--node-spec", SEED, "--node-name", NODE_NAME,
+            "--kubeconfig", str(rig.paths.kubeconfig), "--kubelet-dir", str(KUBELET_ROOT),
+            "--cdi-dir", str(CDI_SPEC_DIRS[-1]), "--simulated-nvidia-smi", "--resync", "2", *extra,
+        )  # fmt: skip
+        log_path = tmp_path / f"dra-{len(started)}.log"
+        with log_path.open("wb") as logf:
+            proc = subprocess.Popen(argv, stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        driver = AgentProcess(argv=argv, log_path=log_path, proc=proc)
+        started.append(driver)
+        _current_logs.append(driver.log_tail)
+        wait_until(
+            "the driver's ResourceSlice with 8 devices",
+            lambda: slices(rig),
+            60,
+            accept=lambda s: len(s) == 1 and len(s[0]["spec"]["devices"]) == 8,
+        )
+        return driver
+
+    yield start
+    for driver in started:
+        driver.stop()
+        _current_logs.remove(driver.log_tail)
+    # the next test starts from no slices (kubelet would wipe them 30 s after the driver left)
+    rig.kubectl(
+        "delete", "resourceslices", "--field-selector", f"spec.nodeName={NODE_NAME},spec.driver={DRIVER}"
     )
-    log_path = tmp_path / "dra.log"
-    with log_path.open("wb") as logf:
-        proc = subprocess.Popen(argv, stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-    driver = AgentProcess(argv=argv, log_path=log_path, proc=proc)
-    _current_logs.append(driver.log_tail)
-    yield driver
-    driver.stop()
-    _current_logs.remove(driver.log_tail)
+
+
+@pytest.fixture
+def dra_driver(start_dra: StartDra) -> AgentProcess:
+    return start_dra()
 
 
 def slices(rig: Rig) -> list[dict[str, Any]]:
@@ -111,12 +125,6 @@ def allocated(cluster: Cluster, ns: str, name: str) -> list[str]:
 def test_a_claim_for_nvlink_connected_gpus_runs_with_exactly_those_gpus(
     cluster: Cluster, rig: Rig, dra_driver: AgentProcess
 ) -> None:
-    wait_until(
-        "the driver's ResourceSlice with 8 devices",
-        lambda: slices(rig),
-        60,
-        accept=lambda s: len(s) == 1 and len(s[0]["spec"]["devices"]) == 8,
-    )
     by_uuid = gpu_index_by_uuid(SEED)
     ns = cluster.namespace("dra")
 
@@ -162,3 +170,60 @@ def test_slices_deleted_by_hand_come_back(cluster: Cluster, rig: Rig, dra_driver
     assert back[0]["spec"]["pool"]["generation"] >= 1
     assert len(back[0]["spec"]["devices"]) == 8
     assert first >= 1
+
+
+def run_sequence(cluster: Cluster, rig: Rig, ns: str, *, reorders: bool) -> dict[str, set[int]]:
+    """Claims a (4 in a clique), b (1), a leaves, c (2 in a clique), d (4 in a clique); returns what each
+    placed claim got. Each pod runs before the next arrives, as in a cluster under light load."""
+    got: dict[str, set[int]] = {}
+
+    def place(name: str, count: int) -> None:
+        cluster.apply(in_ns(claim(name, count), ns))
+        cluster.apply(in_ns(claim_pod(name, name), ns))
+
+    for name, count in (("a", 4), ("b", 1)):
+        place(name, count)
+        cluster.wait_running(ns, name, timeout_s=120)
+        got[name] = {int(d.removeprefix("gpu-")) for d in allocated(cluster, ns, name)}
+    rig.kubectl("delete", "pod", "-n", ns, "a", "--wait=true", "--timeout=60s")
+    rig.kubectl("delete", "resourceclaim", "-n", ns, "a", "--wait=true", "--timeout=60s")
+    if reorders:  # the driver sees the freed clique and moves the fuller one (b's) to the front
+        b_gpu = next(iter(got["b"]))
+        wait_until(
+            "the slice re-ordered after claim a left",
+            lambda: slices(rig)[0]["spec"]["devices"][0]["name"],
+            30,
+            accept=lambda first: first == f"gpu-{b_gpu}",
+        )
+    place("c", 2)
+    cluster.wait_running(ns, "c", timeout_s=120)
+    got["c"] = {int(d.removeprefix("gpu-")) for d in allocated(cluster, ns, "c")}
+    place("d", 4)
+    return got
+
+
+def test_topology_order_places_a_claim_that_stock_index_order_strands(
+    cluster: Cluster, rig: Rig, start_dra: StartDra
+) -> None:
+    # Stock order (what every other driver publishes): c breaks the only whole clique, d cannot fit.
+    driver = start_dra("--device-order", "index")
+    ns = cluster.namespace("dra-index")
+    stock = run_sequence(cluster, rig, ns, reorders=False)
+    assert stock["c"] <= GROUPS[0] and stock["b"] <= GROUPS[1], stock
+    cluster.wait_event(ns, "d", "FailedScheduling", "", timeout_s=60)
+    assert cluster.pod_phase(ns, "d") == "Pending"
+    cluster.delete_namespace(ns)
+    driver.stop()
+    rig.kubectl(
+        "delete", "resourceslices", "--field-selector", f"spec.nodeName={NODE_NAME},spec.driver={DRIVER}"
+    )
+
+    # kubegpu's order: c goes to the fuller clique, beside b, and d gets the whole other one.
+    start_dra()
+    ns = cluster.namespace("dra-topology")
+    ours = run_sequence(cluster, rig, ns, reorders=True)
+    group_b = next(g for g in GROUPS if ours["b"] <= g)
+    assert ours["c"] <= group_b, ours
+    cluster.wait_running(ns, "d", timeout_s=120)
+    d = {int(x.removeprefix("gpu-")) for x in allocated(cluster, ns, "d")}
+    assert d in GROUPS and d != group_b

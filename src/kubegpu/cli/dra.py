@@ -12,6 +12,17 @@ from rich.table import Table
 
 from kubegpu.cli.common import console, print_json
 from kubegpu.cli.topo import SOURCE_HELP
+from kubegpu.errors import InputError
+from kubegpu.model.dra import DeviceOrder
+
+
+def _order(text: str) -> DeviceOrder:
+    try:
+        return DeviceOrder(text)
+    except ValueError:
+        raise InputError(
+            f"--device-order: {text!r} is not one of {', '.join(o.value for o in DeviceOrder)}"
+        ) from None
 
 
 def register(app: typer.Typer) -> None:
@@ -113,6 +124,14 @@ def register(app: typer.Typer) -> None:
                 "--fault-file", help="Inject GPU health events from this file (as for kubegpu agent)."
             ),
         ] = None,
+        device_order: Annotated[
+            str,
+            typer.Option(
+                "--device-order",
+                help="topology: fullest NVLink clique first, re-ordered as claims are allocated, so the "
+                "scheduler's first fit is a best fit; index: GPU index order, as other drivers publish.",
+            ),
+        ] = "topology",
         resync: Annotated[
             float, typer.Option("--resync", min=0.5, help="Seconds between slice reconciles.")
         ] = 10.0,
@@ -124,7 +143,6 @@ def register(app: typer.Typer) -> None:
         from kubegpu.cli.logs import setup_logging
         from kubegpu.deviceplugin.config import load_config
         from kubegpu.dra.service import DraOptions, DraService, load_node
-        from kubegpu.errors import InputError
         from kubegpu.kubeapi import KubeApi
         from kubegpu.model.dra import DraGpus
 
@@ -143,6 +161,7 @@ def register(app: typer.Typer) -> None:
             simulated_nvidia_smi=simulated_nvidia_smi,
             resync_s=resync,
             fault_file=fault_file,
+            device_order=_order(device_order),
         )
         gpus, health = DraGpus(all=True), None
         if config_file is not None or os.environ.get("KUBEGPU_DRA_GPUS"):
@@ -162,6 +181,7 @@ def register(app: typer.Typer) -> None:
             driver_version=reading.driver_version,
             api=api,
             claims=api,
+            allocations=api,
             health=health,
             health_sources=reading.health_sources,
             gpus=gpus,

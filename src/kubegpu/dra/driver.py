@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -62,6 +62,7 @@ class DraDriver:
         cdi: CdiStore,
         driver: str = DRIVER_NAME,
         mounts: Sequence[tuple[str, str]] = (),
+        on_change: Callable[[], None] | None = None,
     ) -> None:
         self.node_name = node_name
         self.driver = driver
@@ -70,6 +71,7 @@ class DraDriver:
         self._cdi = cdi
         self._mounts = tuple(mounts)
         self._lock = threading.Lock()
+        self._on_change = on_change
         self._devices: dict[str, DraDevice] = {d.name: d for d in devices}
 
     @property
@@ -98,7 +100,15 @@ class DraDriver:
                         "claim not prepared", extra={"claim": str(ref), "uid": ref.uid, "error": str(exc)}
                     )
                     answers[ref.uid] = PrepareAnswer(error=str(exc))
+        self._changed()
         return answers
+
+    def _changed(self) -> None:
+        if self._on_change is not None:
+            try:
+                self._on_change()
+            except Exception as exc:  # a listener's bug must not fail kubelet's call
+                log.error("claim-change listener failed", extra={"error": str(exc)})
 
     def _prepare_one(self, ref: ClaimRef) -> tuple[PreparedDevice, ...]:
         done = self._checkpoint.claims.get(ref.uid)
@@ -173,4 +183,5 @@ class DraDriver:
                     answers[ref.uid] = ""
                 except OSError as exc:
                     answers[ref.uid] = f"ResourceClaim {ref}: cannot remove its CDI spec or checkpoint: {exc}"
+        self._changed()
         return answers

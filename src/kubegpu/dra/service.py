@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
+from typing import Any, Protocol
 
 from kubegpu.deviceplugin import nvidia_smi
 from kubegpu.dra.checkpoint import CHECKPOINT_NAME, CdiStore, Checkpoint
@@ -27,7 +28,16 @@ from kubegpu.echo import clip
 from kubegpu.errors import InputError, UnknownGpuError
 from kubegpu.health.policy import HealthPolicy
 from kubegpu.health.tracker import HealthTracker
-from kubegpu.model.dra import CDI_KIND, DRIVER_NAME, DraDevice, DraGpus, dra_devices
+from kubegpu.model.dra import (
+    CDI_KIND,
+    DRIVER_NAME,
+    DeviceOrder,
+    DraDevice,
+    DraGpus,
+    allocated_devices,
+    dra_devices,
+    order_devices,
+)
 from kubegpu.model.event import GpuEvent
 from kubegpu.model.node import Node
 from kubegpu.sources.faults import FaultFileFollower
@@ -65,6 +75,7 @@ class DraOptions:
     simulated_nvidia_smi: bool = False
     resync_s: float = 10.0
     fault_file: Path | None = None  # health events to inject, as for the agent (docs/agent.md)
+    device_order: DeviceOrder = DeviceOrder.TOPOLOGY
 
     @property
     def plugin_dir(self) -> Path:
@@ -116,6 +127,10 @@ def load_node(options: DraOptions) -> NodeReading:
     return NodeReading(node=load_spec(options.node_spec))
 
 
+class ClaimLister(Protocol):
+    def list_resource_claims(self) -> list[dict[str, Any]]: ...
+
+
 class DraService:
     def __init__(
         self,
@@ -125,6 +140,7 @@ class DraService:
         driver_version: str | None,
         api: SliceApi,
         claims: ClaimReader,
+        allocations: ClaimLister | None = None,
         health: HealthPolicy | None = None,
         health_sources: Sequence[HealthSource] = (),
         gpus: DraGpus | None = None,
@@ -167,7 +183,9 @@ class DraService:
             cdi=CdiStore(options.cdi_dir, kind=CDI_KIND),
             driver=options.driver,
             mounts=mounts,
+            on_change=self._claims_changed,
         )
+        self._allocations = allocations
         self.server = DraServer(
             self.driver,
             plugin_dir=options.plugin_dir,
@@ -176,7 +194,7 @@ class DraService:
         )
         self.slices = SliceKeeper(
             SlicePublisher(api, node_name=options.node_name, driver=options.driver),
-            lambda: self._devices,
+            self._ordered,
             interval_s=options.resync_s,
         )
         self._stop = threading.Event()
@@ -184,6 +202,20 @@ class DraService:
     @property
     def devices(self) -> Sequence[DraDevice]:
         return self._devices
+
+    def _ordered(self) -> Sequence[DraDevice]:
+        """The published devices in slice order; ``topology`` order reads the pool's allocations."""
+        devices = self._devices
+        if self.options.device_order is DeviceOrder.INDEX or self._allocations is None:
+            return order_devices(devices, (), DeviceOrder.INDEX)
+        held = allocated_devices(self._allocations.list_resource_claims(), pool=self.options.node_name,
+                                 driver=self.options.driver)  # fmt: skip
+        return order_devices(devices, held, self.options.device_order)
+
+    def _claims_changed(self) -> None:
+        """A claim was prepared or unprepared: the allocations changed, so may the best device order."""
+        if self.options.device_order is DeviceOrder.TOPOLOGY:
+            self.slices.poke()
 
     def _healthy(self) -> Sequence[DraDevice]:
         return tuple(d for d in self._all_devices if self.tracker.is_healthy(d.gpu_index))

@@ -24,7 +24,7 @@ A GPU with no NVLink is a domain and a clique of its own. MIG instances carry th
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from itertools import combinations
@@ -46,13 +46,17 @@ __all__ = [
     "AttributeKind",
     "ClaimDevice",
     "DeviceKind",
+    "DeviceOrder",
     "DraDevice",
     "DraGpus",
+    "allocated_devices",
     "cdi_device_name",
     "cdi_spec",
     "device_classes",
     "dra_devices",
     "nvlink_cliques",
+    "order_devices",
+    "pairwise_nvlink",
     "resource_slices",
     "semver",
 ]
@@ -293,6 +297,58 @@ def dra_devices(
                 )
             )
     return tuple(out)
+
+
+class DeviceOrder(StrEnum):
+    """The order of devices in the slice, which is the order the scheduler's allocator tries them in."""
+
+    INDEX = "index"  # GPU index order, as every other driver publishes: first fit by index
+    TOPOLOGY = "topology"  # fullest NVLink clique first, re-ordered as allocations change (below)
+
+
+def order_devices(
+    devices: Sequence[DraDevice], allocated: Collection[str], order: DeviceOrder = DeviceOrder.TOPOLOGY
+) -> tuple[DraDevice, ...]:
+    """``devices`` in the order that makes the stock allocator's first fit a best fit.
+
+    The allocator takes the first solution in device order (backtracking over the devices still
+    free). With devices grouped by NVLink clique, the cliques with the *fewest free* devices first,
+    a claim that asks for ``k`` GPUs of one clique gets the fullest clique that still has ``k`` free,
+    so whole cliques stay whole for the claims that need them; an unconstrained claim fills partly
+    used cliques before it opens a free one. Ties: fewest free in the NVLink domain, then GPU index.
+    MIG instances go to GPUs that already have instances allocated first, keeping other GPUs whole.
+    ``allocated`` holds the names of the pool's devices claims hold now.
+    """
+    if order is DeviceOrder.INDEX:
+        return tuple(sorted(devices, key=lambda d: (d.gpu_index, d.name)))
+    taken = set(allocated)
+    free_in: dict[tuple[str, object], int] = {}
+    for d in devices:
+        if d.name in taken:
+            continue
+        for level in ("nvlinkClique", "nvlinkDomain"):
+            key = (level, d.attribute(level))
+            free_in[key] = free_in.get(key, 0) + 1
+    used_gpus = {d.gpu_index for d in devices if d.name in taken and d.kind is DeviceKind.MIG}
+
+    def rank(d: DraDevice) -> tuple[int, int, int, int, int, str]:
+        clique = free_in.get(("nvlinkClique", d.attribute("nvlinkClique")), 0)
+        domain = free_in.get(("nvlinkDomain", d.attribute("nvlinkDomain")), 0)
+        mig_fresh = 0 if d.kind is DeviceKind.GPU or d.gpu_index in used_gpus else 1
+        return (int(d.kind is DeviceKind.MIG), mig_fresh, clique, domain, d.gpu_index, d.name)
+
+    return tuple(sorted(devices, key=rank))
+
+
+def allocated_devices(claims: Iterable[ApiObject], *, pool: str, driver: str = DRIVER_NAME) -> set[str]:
+    """The device names of ``pool`` that the allocation results of ``claims`` (ResourceClaim objects) hold."""
+    out: set[str] = set()
+    for claim in claims:
+        allocation = (claim.get("status") or {}).get("allocation") or {}
+        for r in (allocation.get("devices") or {}).get("results") or []:
+            if r.get("driver") == driver and r.get("pool") == pool:
+                out.add(str(r.get("device", "")))
+    return out
 
 
 def resource_slices(

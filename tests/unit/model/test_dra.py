@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
+from collections.abc import Sequence
 
 import pytest
 
@@ -12,10 +14,14 @@ from kubegpu.model.dra import (
     MAX_DEVICES_PER_SLICE,
     ClaimDevice,
     DeviceKind,
+    DeviceOrder,
+    DraDevice,
+    allocated_devices,
     cdi_device_name,
     cdi_spec,
     device_classes,
     dra_devices,
+    order_devices,
     pairwise_nvlink,
     resource_slices,
     semver,
@@ -175,3 +181,97 @@ def test_cdi_spec_has_one_device_per_request_with_its_uuids() -> None:
     assert f"NVIDIA_VISIBLE_DEVICES={d[0].uuid},{d[1].uuid}" in gpus["env"]
     assert gpus["mounts"][0]["containerPath"] == "/usr/bin/nvidia-smi"
     assert f"NVIDIA_VISIBLE_DEVICES={d[5].uuid}" in by_name[cdi_device_name("uid-1", "extra")]["env"]
+
+
+# -- device order: the stock allocator's first fit over kubegpu's order is a best fit ----------------
+
+
+def first_fit(order: Sequence[DraDevice], taken: set[str], count: int, match: str | None) -> list[str] | None:
+    """The scheduler's DRA allocator for one request, as the reference describes it: the first solution
+    in device order, backtracking; ``match`` is a matchAttribute constraint."""
+
+    def search(start: int, picked: list[DraDevice]) -> list[DraDevice] | None:
+        if len(picked) == count:
+            return picked
+        for i in range(start, len(order)):
+            d = order[i]
+            if d.name in taken or (match and picked and d.attribute(match) != picked[0].attribute(match)):
+                continue
+            found = search(i + 1, [*picked, d])
+            if found is not None:
+                return found
+        return None
+
+    found = search(0, [])
+    return None if found is None else [d.name for d in found]
+
+
+def run(order: DeviceOrder, steps: list[tuple[str, str, int]]) -> dict[str, list[str] | None]:
+    """Claims arrive and leave (``+name``/``-name``); the driver re-orders after every change."""
+    devices = dra_devices(load_node("builtin:seed-8gpu"))
+    held: dict[str, list[str]] = {}
+    got: dict[str, list[str] | None] = {}
+    for op, name, count in steps:
+        if op == "-":
+            held.pop(name, None)
+            continue
+        taken = {d for ds in held.values() for d in ds}
+        result = first_fit(order_devices(devices, taken, order), taken, count, "nvlinkClique")
+        got[name] = result
+        if result is not None:
+            held[name] = result
+    return got
+
+
+STEPS = [("+", "a", 4), ("+", "b", 1), ("-", "a", 0), ("+", "c", 2), ("+", "d", 4)]
+
+
+def test_stock_index_order_strands_a_four_gpu_claim_that_topology_order_places() -> None:
+    stock = run(DeviceOrder.INDEX, STEPS)
+    ours = run(DeviceOrder.TOPOLOGY, STEPS)
+    assert stock["c"] == ["gpu-0", "gpu-1"]  # breaks the only whole clique
+    assert stock["d"] is None  # 2 free in one clique, 3 in the other: no 4 anywhere
+    assert ours["c"] == ["gpu-5", "gpu-6"]  # the fuller clique (gpu-4 is taken by b)
+    assert ours["d"] == ["gpu-0", "gpu-1", "gpu-2", "gpu-3"]
+
+
+def test_mig_instances_pack_onto_gpus_already_in_use() -> None:
+    node = load_node("builtin:h100-mig-mixed")
+    first = next(g for g in node.gpus if g.mig_enabled)
+    other = next(g for g in node.gpus if not g.mig_enabled)
+    twin = dataclasses.replace(
+        other,
+        mig_enabled=True,
+        mig_instances=tuple(
+            dataclasses.replace(m, uuid=GpuUuid(f"MIG-twin-{i}")) for i, m in enumerate(first.mig_instances)
+        ),
+    )
+    node = dataclasses.replace(node, gpus=tuple(twin if g.index == other.index else g for g in node.gpus))
+    devices = [d for d in dra_devices(node) if d.kind is DeviceKind.MIG]
+    parents = sorted({d.gpu_index for d in devices})
+    assert len(parents) == 2
+    on_second = next(d for d in devices if d.gpu_index == parents[1])
+    ordered = order_devices(devices, {on_second.name}, DeviceOrder.TOPOLOGY)
+    free = [d for d in ordered if d.name != on_second.name]
+    assert free[0].gpu_index == parents[1]
+
+
+def test_allocated_devices_reads_this_pools_results_only() -> None:
+    claims = [
+        {
+            "status": {
+                "allocation": {
+                    "devices": {
+                        "results": [
+                            {"driver": DRIVER_NAME, "pool": "n1", "device": "gpu-1"},
+                            {"driver": DRIVER_NAME, "pool": "n2", "device": "gpu-2"},
+                            {"driver": "net.example.com", "pool": "n1", "device": "nic-0"},
+                        ]
+                    }
+                }
+            }
+        },
+        {"status": {}},
+        {},
+    ]
+    assert allocated_devices(claims, pool="n1") == {"gpu-1"}
