@@ -19,7 +19,7 @@ from functools import cached_property
 
 from kubegpu.doctor.chain import Check
 from kubegpu.doctor.clusterprobe import ApiObject, dig
-from kubegpu.doctor.finding import CheckId, Layer, Outcome, fail, ok, skip, warn
+from kubegpu.doctor.finding import CheckId, Layer, Outcome, fail, ok, warn
 from kubegpu.doctor.pod import ID_FOUND, PodContext
 
 __all__ = ["CLAIM_CHECKS", "ID_CLAIMS"]
@@ -218,7 +218,7 @@ def _unallocated(ctx: PodContext, dra: _Dra, claim: ApiObject, label: str) -> Ou
 def check_claims(ctx: PodContext) -> Outcome:
     refs = _claim_names(ctx)
     if not refs:
-        return skip("the pod uses no ResourceClaim")
+        return ok("the pod uses no ResourceClaim (its devices, if any, come from device plugins)")
     dra = _Dra(ctx)
     evidence: list[str] = []
     pending = dig(ctx.spec_pod, "status", "phase") == "Pending"
