@@ -151,6 +151,18 @@ def test_a_claim_for_nvlink_connected_gpus_runs_with_exactly_those_gpus(
     cluster.apply(in_ns(claim_pod("three", "three"), ns))
     cluster.wait_event(ns, "three", "FailedScheduling", "", timeout_s=60)
     assert cluster.pod_phase(ns, "three") == "Pending"
+    # ... and kubegpu doctor says why, in the claim's terms
+    res = subprocess.run(
+        kubegpu_argv("doctor", "pod", f"{ns}/three", "--kubeconfig", str(rig.paths.kubeconfig), "--json"),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert res.returncode == 1, res.stderr[-2000:]
+    findings = {f["id"]: f for f in json.loads(res.stdout)["findings"]}
+    assert findings["pod.claims"]["status"] == "fail", findings["pod.claims"]
+    assert "matchAttribute gpu.kubegpu.io/nvlinkClique cannot be met" in findings["pod.claims"]["summary"]
 
     # The pod ends: kubelet unprepares the claim and the driver removes its CDI spec.
     uid = cluster.get("resourceclaim", "pair", ns)["metadata"]["uid"]
