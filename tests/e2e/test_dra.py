@@ -32,6 +32,7 @@ from tests.e2e.rig.rig import CDI_SPEC_DIRS, KUBELET_ROOT, NODE_NAME, Rig
 pytestmark = pytest.mark.e2e
 
 SEED = "builtin:seed-8gpu"
+MIG_SPEC = "builtin:h100-mig-mixed"
 DRIVER = "gpu.kubegpu.io"
 GROUPS = ({0, 1, 2, 3}, {4, 5, 6, 7})  # seed-8gpu's NVLink groups
 
@@ -48,9 +49,9 @@ def start_dra(rig: Rig, tmp_path: Path) -> Iterator[StartDra]:
     rig.kubectl("apply", "-f", "-", input_text=classes.stdout)
     started: list[AgentProcess] = []
 
-    def start(*extra: str) -> AgentProcess:
+    def start(*extra: str, spec: str = SEED, devices: int = 8) -> AgentProcess:
         argv = kubegpu_argv(
-            "dra", "serve", "--node-spec", SEED, "--node-name", NODE_NAME,
+            "dra", "serve", "--node-spec", spec, "--node-name", NODE_NAME,
             "--kubeconfig", str(rig.paths.kubeconfig), "--kubelet-dir", str(KUBELET_ROOT),
             "--cdi-dir", str(CDI_SPEC_DIRS[-1]), "--simulated-nvidia-smi", "--resync", "2", *extra,
         )  # fmt: skip
@@ -61,10 +62,10 @@ def start_dra(rig: Rig, tmp_path: Path) -> Iterator[StartDra]:
         started.append(driver)
         _current_logs.append(driver.log_tail)
         wait_until(
-            "the driver's ResourceSlice with 8 devices",
+            f"the driver's ResourceSlice with {devices} devices",
             lambda: slices(rig),
             60,
-            accept=lambda s: len(s) == 1 and len(s[0]["spec"]["devices"]) == 8,
+            accept=lambda s: len(s) == 1 and len(s[0]["spec"]["devices"]) == devices,
         )
         return driver
 
@@ -123,8 +124,9 @@ def allocated(cluster: Cluster, ns: str, name: str) -> list[str]:
 
 
 def test_a_claim_for_nvlink_connected_gpus_runs_with_exactly_those_gpus(
-    cluster: Cluster, rig: Rig, dra_driver: AgentProcess
+    cluster: Cluster, rig: Rig, start_dra: StartDra
 ) -> None:
+    driver = start_dra()
     by_uuid = gpu_index_by_uuid(SEED)
     ns = cluster.namespace("dra")
 
@@ -164,10 +166,15 @@ def test_a_claim_for_nvlink_connected_gpus_runs_with_exactly_those_gpus(
     assert findings["pod.claims"]["status"] == "fail", findings["pod.claims"]
     assert "matchAttribute gpu.kubegpu.io/nvlinkClique cannot be met" in findings["pod.claims"]["summary"]
 
-    # The pod ends: kubelet unprepares the claim and the driver removes its CDI spec.
+    # The driver restarts (an upgrade): the running pods' claims stay prepared, from its checkpoint.
     uid = cluster.get("resourceclaim", "pair", ns)["metadata"]["uid"]
     spec_file = CDI_SPEC_DIRS[-1] / f"kubegpu.io-gpu_{uid}.json"
     assert spec_file.exists()
+    driver.stop()
+    start_dra()
+    assert spec_file.exists()
+
+    # The pod ends: kubelet unprepares the claim and the restarted driver removes its CDI spec.
     rig.kubectl("delete", "pod", "-n", ns, "pair", "--wait=true", "--timeout=60s")
     wait_until(f"{spec_file} removed after unprepare", lambda: not spec_file.exists(), 60)
 
