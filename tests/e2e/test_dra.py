@@ -79,11 +79,6 @@ def start_dra(rig: Rig, tmp_path: Path) -> Iterator[StartDra]:
     )
 
 
-@pytest.fixture
-def dra_driver(start_dra: StartDra) -> AgentProcess:
-    return start_dra()
-
-
 def slices(rig: Rig) -> list[dict[str, Any]]:
     out = rig.kubectl(
         "get",
@@ -179,16 +174,50 @@ def test_a_claim_for_nvlink_connected_gpus_runs_with_exactly_those_gpus(
     wait_until(f"{spec_file} removed after unprepare", lambda: not spec_file.exists(), 60)
 
 
-def test_slices_deleted_by_hand_come_back(cluster: Cluster, rig: Rig, dra_driver: AgentProcess) -> None:
-    wait_until("the driver's ResourceSlice", lambda: slices(rig), 60, accept=lambda s: len(s) == 1)
-    first = slices(rig)[0]["spec"]["pool"]["generation"]
-    rig.kubectl(
-        "delete", "resourceslices", "--field-selector", f"spec.nodeName={NODE_NAME},spec.driver={DRIVER}"
-    )
+def test_slices_come_back_when_deleted_and_go_when_the_driver_is_uninstalled(
+    rig: Rig, start_dra: StartDra
+) -> None:
+    driver = start_dra()
+    selector = f"spec.nodeName={NODE_NAME},spec.driver={DRIVER}"
+    rig.kubectl("delete", "resourceslices", "--field-selector", selector)
     back = wait_until("the ResourceSlice re-created", lambda: slices(rig), 30, accept=lambda s: len(s) == 1)
-    assert back[0]["spec"]["pool"]["generation"] >= 1
     assert len(back[0]["spec"]["devices"]) == 8
-    assert first >= 1
+    assert back[0]["metadata"]["ownerReferences"][0]["kind"] == "Node"
+    # Uninstall: the registration socket vanishes with the driver; 30 s later kubelet deletes the
+    # driver's slices for its node.
+    driver.stop()
+    wait_until(
+        "kubelet to delete the stopped driver's slices", lambda: slices(rig), 75, accept=lambda s: not s
+    )
+
+
+def devices_of(spec: str) -> list[dict[str, Any]]:
+    """What the driver publishes for a node spec, from `kubegpu dra devices SPEC --json`."""
+    argv = kubegpu_argv("dra", "devices", spec, "--json")
+    found: list[dict[str, Any]] = json.loads(
+        subprocess.run(argv, capture_output=True, text=True, timeout=60, check=True).stdout
+    )
+    return found
+
+
+def test_a_mig_profile_claim_gets_one_mig_device(cluster: Cluster, rig: Rig, start_dra: StartDra) -> None:
+    published = devices_of(MIG_SPEC)
+    mig = {d["name"]: d for d in published if d["attributes"]["type"]["string"] == "mig"}
+    profile = next(iter(mig.values()))["attributes"]["profile"]["string"]
+    start_dra(spec=MIG_SPEC, devices=len(published))
+    ns = cluster.namespace("dra-mig")
+    c = claim("slice", 1, clique=False)
+    request = c["spec"]["devices"]["requests"][0]["exactly"]
+    request["deviceClassName"] = "mig.kubegpu.io"
+    request["selectors"] = [{"cel": {"expression": f'device.attributes["{DRIVER}"].profile == "{profile}"'}}]
+    cluster.apply(in_ns(c, ns))
+    cluster.apply(in_ns(claim_pod("slice", "slice"), ns))
+    cluster.wait_running(ns, "slice", timeout_s=120)
+    [device] = allocated(cluster, ns, "slice")
+    assert device in mig and mig[device]["attributes"]["profile"]["string"] == profile
+    env = cluster.env(ns, "slice")
+    assert env["NVIDIA_VISIBLE_DEVICES"] == mig[device]["attributes"]["uuid"]["string"]
+    assert env["NVIDIA_VISIBLE_DEVICES"].startswith("MIG-")
 
 
 def run_sequence(cluster: Cluster, rig: Rig, ns: str, *, reorders: bool) -> dict[str, set[int]]:
