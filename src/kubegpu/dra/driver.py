@@ -63,6 +63,8 @@ class DraDriver:
         driver: str = DRIVER_NAME,
         mounts: Sequence[tuple[str, str]] = (),
         on_change: Callable[[], None] | None = None,
+        control_nodes: Sequence[str] = (),
+        gpu_nodes: bool = False,
     ) -> None:
         self.node_name = node_name
         self.driver = driver
@@ -72,6 +74,8 @@ class DraDriver:
         self._mounts = tuple(mounts)
         self._lock = threading.Lock()
         self._on_change = on_change
+        self._control_nodes = tuple(control_nodes)
+        self._gpu_nodes = gpu_nodes
         self._devices: dict[str, DraDevice] = {d.name: d for d in devices}
 
     @property
@@ -148,7 +152,17 @@ class DraDriver:
                 )
             request = str(result.get("request", "")).split("/", 1)[0]
             picked.append(ClaimDevice(request=request, device=device))
-        spec = cdi_spec(ref.uid, picked, mounts=self._mounts) if picked else None
+        spec = (
+            cdi_spec(
+                ref.uid,
+                picked,
+                mounts=self._mounts,
+                control_nodes=self._control_nodes,
+                gpu_nodes=self._gpu_nodes,
+            )
+            if picked
+            else None
+        )
         devices = tuple(
             PreparedDevice(
                 request_names=(cd.request,),

@@ -20,6 +20,7 @@ from types import FrameType
 from typing import Any, Protocol
 
 from kubegpu.deviceplugin import nvidia_smi
+from kubegpu.deviceplugin.response import CONTROL_DEVICE_PATHS
 from kubegpu.dra.checkpoint import CHECKPOINT_NAME, CdiStore, Checkpoint
 from kubegpu.dra.driver import ClaimReader, DraDriver
 from kubegpu.dra.server import DraServer
@@ -184,6 +185,8 @@ class DraService:
             driver=options.driver,
             mounts=mounts,
             on_change=self._claims_changed,
+            control_nodes=[p for p in CONTROL_DEVICE_PATHS if os.path.exists(p)] if options.use_nvml else (),
+            gpu_nodes=options.use_nvml,
         )
         self._allocations = allocations
         self.server = DraServer(

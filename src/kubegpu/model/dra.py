@@ -425,10 +425,14 @@ def cdi_spec(
     devices: Iterable[ClaimDevice],
     *,
     mounts: Sequence[tuple[str, str]] = (),
+    control_nodes: Sequence[str] = (),
+    gpu_nodes: bool = False,
 ) -> ApiObject:
     """The claim's CDI spec: one CDI device per request with ``NVIDIA_VISIBLE_DEVICES`` = its UUIDs
     (in device order), plus ``mounts`` (host path, container path) read-only, e.g. the simulated
-    ``nvidia-smi``."""
+    ``nvidia-smi``. On real GPUs, ``control_nodes`` (``/dev/nvidiactl``, ``/dev/nvidia-uvm`` ...) and,
+    with ``gpu_nodes``, ``/dev/nvidia<index>`` of each GPU behind the request (a MIG instance's parent),
+    the same device nodes the device plugin passes."""
     by_request: dict[str, list[DraDevice]] = {}
     for cd in devices:
         by_request.setdefault(cd.request, []).append(cd.device)
@@ -441,6 +445,12 @@ def cdi_spec(
                 f"KUBEGPU_CLAIM_DEVICES={','.join(d.name for d in devs)}",
             ]
         }
+        nodes = [
+            *control_nodes,
+            *(f"/dev/nvidia{i}" for i in dict.fromkeys(d.gpu_index for d in devs) if gpu_nodes),
+        ]
+        if nodes:
+            edits["deviceNodes"] = [{"path": p} for p in nodes]
         if mounts:
             edits["mounts"] = [
                 {"hostPath": h, "containerPath": c, "options": ["ro", "nosuid", "nodev", "bind"]}

@@ -275,3 +275,17 @@ def test_allocated_devices_reads_this_pools_results_only() -> None:
         {},
     ]
     assert allocated_devices(claims, pool="n1") == {"gpu-1"}
+
+
+def test_real_gpus_get_their_device_nodes_in_the_cdi_spec() -> None:
+    d = dra_devices(load_node("builtin:seed-8gpu"))
+    spec = cdi_spec(
+        "uid-1",
+        [ClaimDevice(request="gpus", device=d[2]), ClaimDevice(request="gpus", device=d[3])],
+        control_nodes=["/dev/nvidiactl", "/dev/nvidia-uvm"],
+        gpu_nodes=True,
+    )
+    nodes = [n["path"] for n in spec["devices"][0]["containerEdits"]["deviceNodes"]]
+    assert nodes == ["/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia2", "/dev/nvidia3"]
+    simulated = cdi_spec("uid-1", [ClaimDevice(request="gpus", device=d[2])])
+    assert "deviceNodes" not in simulated["devices"][0]["containerEdits"]
