@@ -131,14 +131,15 @@ def test_prepare_and_unprepare_over_both_api_versions(
             (NODE, "gpu-4", ["gpus"]),
             (NODE, "gpu-5", ["gpus"]),
         ]
-        cdi_id = got.devices[0].cdi_device_ids[0]
         spec = json.loads((root / "cdi" / "kubegpu.io-gpu_uid-1.json").read_text())
-        assert cdi_id == f"{spec['kind']}={spec['devices'][0]['name']}"
+        edits = {f"{spec['kind']}={d['name']}": d["containerEdits"] for d in spec["devices"]}
+        ids = [list(d.cdi_device_ids) for d in got.devices]
+        assert all(i in edits for one in ids for i in one)  # every ID names a device of the spec
+        assert ids[0][0] != ids[1][0]  # each device its own first ID: kubelet reports health by it
         node = load_node("builtin:seed-8gpu")
-        assert (
-            f"NVIDIA_VISIBLE_DEVICES={node.gpus[4].uuid},{node.gpus[5].uuid}"
-            in spec["devices"][0]["containerEdits"]["env"]
-        )
+        env = [e for one in ids for i in one for e in edits[i].get("env", [])]
+        assert env.count(f"NVIDIA_VISIBLE_DEVICES={node.gpus[4].uuid},{node.gpus[5].uuid}") == 1
+        assert f"KUBEGPU_DEVICE_GPU_5={node.gpus[5].uuid}" in env
 
         again = stub(ch).NodePrepareResources(pb.NodePrepareResourcesRequest(claims=[ok]), timeout=45)
         assert again.claims["uid-1"] == got

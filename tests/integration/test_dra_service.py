@@ -11,8 +11,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import grpc
 import pytest
 
+from kubegpu.dra.api import health_v1_pb2 as health
+from kubegpu.dra.api import health_v1_pb2_grpc as health_grpc
+from kubegpu.dra.api import registration_v1_pb2 as reg
+from kubegpu.dra.api import registration_v1_pb2_grpc as reg_grpc
 from kubegpu.dra.driver import ClaimRef
 from kubegpu.dra.service import DraOptions, DraService, load_node
 from kubegpu.model.dra import DRIVER_NAME
@@ -106,3 +111,29 @@ def test_the_simulated_nvidia_smi_is_mounted_by_every_claims_spec(service: tuple
     mounts = spec["devices"][0]["containerEdits"]["mounts"]
     assert {m["containerPath"] for m in mounts} == {"/usr/bin/nvidia-smi", "/bin/nvidia-smi"}
     assert all(Path(m["hostPath"]).is_file() for m in mounts)
+
+
+def test_kubelet_sees_per_device_health_on_the_dra_resource_health_stream(
+    service: tuple[DraService, Api], faults: Path
+) -> None:
+    svc, _ = service
+    with grpc.insecure_channel(f"unix://{svc.server.registration_socket}") as ch:
+        info = reg_grpc.RegistrationStub(ch).GetInfo(reg.InfoRequest(), timeout=2)
+    assert "v1.DRAResourceHealth" in info.supported_versions
+    assert list(info.supported_versions)[:2] == ["v1.DRAPlugin", "v1beta1.DRAPlugin"]
+    with grpc.insecure_channel(f"unix://{svc.server.socket}") as ch:
+        stream = health_grpc.DRAResourceHealthStub(ch).NodeWatchResources(
+            health.NodeWatchResourcesRequest(), timeout=20
+        )
+        first = next(stream)
+        assert len(first.devices) == 8
+        assert {d.health for d in first.devices} == {health.HEALTHY}
+        assert {d.device.pool_name for d in first.devices} == {"n1"}
+        with faults.open("a") as f:
+            f.write('{"gpu": 2, "xid": 79}\n')
+        after = next(stream)
+        by_name = {d.device.device_name: d for d in after.devices}
+        assert by_name["gpu-2"].health == health.UNHEALTHY
+        assert "79" in by_name["gpu-2"].message
+        assert by_name["gpu-3"].health == health.HEALTHY
+        stream.cancel()

@@ -24,7 +24,7 @@ from typing import Any, Protocol
 
 from kubegpu.dra.checkpoint import CdiStore, Checkpoint, PreparedClaim, PreparedDevice
 from kubegpu.errors import ApiServerError, ClaimError
-from kubegpu.model.dra import CDI_KIND, DRIVER_NAME, ClaimDevice, DraDevice, cdi_device_name, cdi_spec
+from kubegpu.model.dra import DRIVER_NAME, ClaimDevice, DraDevice, cdi_ids, cdi_spec
 
 __all__ = ["ClaimReader", "ClaimRef", "DraDriver", "PrepareAnswer"]
 
@@ -163,15 +163,18 @@ class DraDriver:
             if picked
             else None
         )
-        devices = tuple(
-            PreparedDevice(
-                request_names=(cd.request,),
-                pool=self.pool,
-                device=cd.device.name,
-                cdi_ids=(f"{CDI_KIND}={cdi_device_name(ref.uid, cd.request)}",),
+        seen: set[str] = set()
+        prepared: list[PreparedDevice] = []
+        for cd in picked:
+            first = cd.request not in seen
+            seen.add(cd.request)
+            ids = cdi_ids(ref.uid, cd.request, cd.device.name, first_of_request=first)
+            prepared.append(
+                PreparedDevice(
+                    request_names=(cd.request,), pool=self.pool, device=cd.device.name, cdi_ids=ids
+                )
             )
-            for cd in picked
-        )
+        devices = tuple(prepared)
         if spec is not None:
             self._cdi.write(ref.uid, spec)
         self._checkpoint.add(

@@ -17,9 +17,12 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
+from collections.abc import Iterator, Sequence
 from concurrent import futures
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import grpc
 
@@ -28,18 +31,49 @@ from kubegpu.dra.api import dra_v1_pb2 as v1
 from kubegpu.dra.api import dra_v1_pb2_grpc as v1_grpc
 from kubegpu.dra.api import dra_v1beta1_pb2 as v1beta1
 from kubegpu.dra.api import dra_v1beta1_pb2_grpc as v1beta1_grpc
+from kubegpu.dra.api import health_v1_pb2 as health_v1
+from kubegpu.dra.api import health_v1_pb2_grpc as health_v1_grpc
+from kubegpu.dra.api import health_v1alpha1_pb2 as health_v1alpha1
+from kubegpu.dra.api import health_v1alpha1_pb2_grpc as health_v1alpha1_grpc
 from kubegpu.dra.api import registration_v1_pb2 as reg
 from kubegpu.dra.api import registration_v1_pb2_grpc as reg_grpc
 from kubegpu.dra.driver import ClaimRef, DraDriver
 from kubegpu.errors import InputError, RegistrationFailed
 
-__all__ = ["PLUGIN_TYPE", "SUPPORTED_VERSIONS", "DraServer", "RegistrationState"]
+__all__ = [
+    "HEALTH_VERSIONS",
+    "PLUGIN_TYPE",
+    "SUPPORTED_VERSIONS",
+    "DeviceHealth",
+    "DraServer",
+    "HealthFeed",
+    "RegistrationState",
+]
 
 log = logging.getLogger(__name__)
 
 PLUGIN_TYPE = "DRAPlugin"
 SUPPORTED_VERSIONS = ("v1.DRAPlugin", "v1beta1.DRAPlugin")  # kubelet takes the first it supports
+HEALTH_VERSIONS = ("v1.DRAResourceHealth", "v1alpha1.DRAResourceHealth")  # 1.37 prefers v1
+HEALTH_TIMEOUT_S = 60  # kubelet marks a device Unknown when not refreshed for this long
+HEALTH_REFRESH_S = 20.0  # the full list is re-sent at least this often
+MESSAGE_MAX = 1024
 _WORKERS = 8
+
+
+@dataclass(frozen=True, kw_only=True)
+class DeviceHealth:
+    device: str
+    healthy: bool
+    message: str = ""
+
+
+class HealthFeed(Protocol):
+    """The pool's device health: a version that changes with it, and a wait for the next change."""
+
+    def health(self) -> tuple[int, Sequence[DeviceHealth]]: ...
+
+    def wait_for_change(self, seen: int, timeout: float) -> int: ...
 
 
 def _refs(claims: Any) -> list[ClaimRef]:
@@ -78,6 +112,41 @@ class _DraServicer:
         return response
 
 
+class _HealthServicer:
+    """NodeWatchResources: the whole device list now, again on every change and every refresh period,
+    until kubelet closes the stream or the server stops."""
+
+    def __init__(self, feed: HealthFeed, pool: str, pb: Any, stopping: threading.Event) -> None:
+        self._feed = feed
+        self._pool = pool
+        self._pb = pb
+        self._stopping = stopping
+
+    def _response(self, devices: Sequence[DeviceHealth]) -> Any:
+        now = int(time.time())
+        pb = self._pb
+        response = pb.NodeWatchResourcesResponse()
+        for d in devices:
+            response.devices.add(
+                device=pb.DeviceIdentifier(pool_name=self._pool, device_name=d.device),
+                health=pb.HEALTHY if d.healthy else pb.UNHEALTHY,
+                last_updated_time=now,
+                health_check_timeout_seconds=HEALTH_TIMEOUT_S,
+                message=d.message[:MESSAGE_MAX],
+            )
+        return response
+
+    def NodeWatchResources(self, request: Any, context: grpc.ServicerContext) -> Iterator[Any]:
+        version, devices = self._feed.health()
+        yield self._response(devices)
+        while context.is_active() and not self._stopping.is_set():
+            changed = self._feed.wait_for_change(version, HEALTH_REFRESH_S)
+            if self._stopping.is_set() or not context.is_active():
+                return
+            version, devices = self._feed.health() if changed != version else (version, devices)
+            yield self._response(devices)
+
+
 class RegistrationState:
     """What kubelet last said about the registration (for readiness and logs)."""
 
@@ -88,12 +157,12 @@ class RegistrationState:
 
 
 class _RegistrationServicer(reg_grpc.RegistrationServicer):
-    def __init__(self, *, driver_name: str, endpoint: Path, state: RegistrationState) -> None:
+    def __init__(
+        self, *, driver_name: str, endpoint: Path, state: RegistrationState, health: bool = False
+    ) -> None:
+        versions = [*SUPPORTED_VERSIONS, *(HEALTH_VERSIONS if health else ())]
         self._info = reg.PluginInfo(
-            type=PLUGIN_TYPE,
-            name=driver_name,
-            endpoint=str(endpoint),
-            supported_versions=list(SUPPORTED_VERSIONS),
+            type=PLUGIN_TYPE, name=driver_name, endpoint=str(endpoint), supported_versions=versions
         )
         self._state = state
 
@@ -142,12 +211,15 @@ class DraServer:
         plugin_dir: Path,
         registry_dir: Path,
         driver_name: str,
+        health: HealthFeed | None = None,
     ) -> None:
         self.driver = driver
         self.socket = (plugin_dir / "dra.sock").absolute()
         self.registration_socket = (registry_dir / f"{driver_name}-reg.sock").absolute()
         self.state = RegistrationState()
         self._driver_name = driver_name
+        self._health = health
+        self._stopping = threading.Event()
         self._service: grpc.Server | None = None
         self._registration: grpc.Server | None = None
 
@@ -155,12 +227,22 @@ class DraServer:
         service = grpc.server(futures.ThreadPoolExecutor(max_workers=_WORKERS, thread_name_prefix="dra"))
         v1_grpc.add_DRAPluginServicer_to_server(_DraServicer(self.driver, v1), service)  # type: ignore[no-untyped-call]
         v1beta1_grpc.add_DRAPluginServicer_to_server(_DraServicer(self.driver, v1beta1), service)  # type: ignore[no-untyped-call]
+        self._stopping.clear()
+        if self._health is not None:
+            for pb, grpc_module in ((health_v1, health_v1_grpc), (health_v1alpha1, health_v1alpha1_grpc)):
+                servicer = _HealthServicer(self._health, self.driver.pool, pb, self._stopping)
+                grpc_module.add_DRAResourceHealthServicer_to_server(servicer, service)
         _bind(service, self.socket)
         service.start()
         self._service = service
         registration = grpc.server(futures.ThreadPoolExecutor(max_workers=2, thread_name_prefix="dra-reg"))
         reg_grpc.add_RegistrationServicer_to_server(  # type: ignore[no-untyped-call]
-            _RegistrationServicer(driver_name=self._driver_name, endpoint=self.socket, state=self.state),
+            _RegistrationServicer(
+                driver_name=self._driver_name,
+                endpoint=self.socket,
+                state=self.state,
+                health=self._health is not None,
+            ),
             registration,
         )
         try:
@@ -177,6 +259,7 @@ class DraServer:
         )
 
     def stop(self, grace_s: float = 1.0) -> None:
+        self._stopping.set()
         if self._registration is not None:
             self.registration_socket.unlink(missing_ok=True)
             self._registration.stop(grace=0).wait(grace_s)

@@ -23,7 +23,7 @@ from kubegpu.deviceplugin import nvidia_smi
 from kubegpu.deviceplugin.response import CONTROL_DEVICE_PATHS
 from kubegpu.dra.checkpoint import CHECKPOINT_NAME, CdiStore, Checkpoint
 from kubegpu.dra.driver import ClaimReader, DraDriver
-from kubegpu.dra.server import DraServer
+from kubegpu.dra.server import DeviceHealth, DraServer
 from kubegpu.dra.slices import SliceApi, SliceKeeper, SlicePublisher
 from kubegpu.echo import clip
 from kubegpu.errors import InputError, UnknownGpuError
@@ -194,6 +194,7 @@ class DraService:
             plugin_dir=options.plugin_dir,
             registry_dir=options.registry_dir,
             driver_name=options.driver,
+            health=self,
         )
         self.slices = SliceKeeper(
             SlicePublisher(api, node_name=options.node_name, driver=options.driver),
@@ -219,6 +220,19 @@ class DraService:
         """A claim was prepared or unprepared: the allocations changed, so may the best device order."""
         if self.options.device_order is DeviceOrder.TOPOLOGY:
             self.slices.poke()
+
+    # -- HealthFeed: what kubelet's DRAResourceHealth stream reports per device ------------------------
+
+    def health(self) -> tuple[int, Sequence[DeviceHealth]]:
+        version = self.tracker.version
+        out = []
+        for d in self._all_devices:
+            status = self.tracker.status(d.gpu_index)
+            out.append(DeviceHealth(device=d.name, healthy=status.healthy, message=status.reason))
+        return version, out
+
+    def wait_for_change(self, seen: int, timeout: float) -> int:
+        return self.tracker.wait_for_change(seen, timeout)
 
     def _healthy(self) -> Sequence[DraDevice]:
         return tuple(d for d in self._all_devices if self.tracker.is_healthy(d.gpu_index))

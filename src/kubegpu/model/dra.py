@@ -51,6 +51,8 @@ __all__ = [
     "DraGpus",
     "allocated_devices",
     "cdi_device_name",
+    "cdi_device_name_of",
+    "cdi_ids",
     "cdi_spec",
     "device_classes",
     "dra_devices",
@@ -420,6 +422,21 @@ def cdi_device_name(claim_uid: str, request: str) -> str:
     return f"{claim_uid}-{_dns_part(request) or 'request'}"
 
 
+def cdi_device_name_of(claim_uid: str, device: str) -> str:
+    """The CDI device of one allocated device (its ``KUBEGPU_DEVICE_<NAME>`` variable); kubelet reports a
+    device's health in the pod's status under its first CDI ID, so each device gets its own."""
+    return f"{claim_uid}-dev-{device}"
+
+
+def cdi_ids(claim_uid: str, request: str, device: str, *, first_of_request: bool) -> tuple[str, ...]:
+    """What NodePrepareResources answers for one device: its own CDI device, and for the request's first
+    device also the request's (which sets NVIDIA_VISIBLE_DEVICES once for all of the request's GPUs)."""
+    own = f"{CDI_KIND}={cdi_device_name_of(claim_uid, device)}"
+    if not first_of_request:
+        return (own,)
+    return (own, f"{CDI_KIND}={cdi_device_name(claim_uid, request)}")
+
+
 def cdi_spec(
     claim_uid: str,
     devices: Iterable[ClaimDevice],
@@ -429,10 +446,11 @@ def cdi_spec(
     gpu_nodes: bool = False,
 ) -> ApiObject:
     """The claim's CDI spec: one CDI device per request with ``NVIDIA_VISIBLE_DEVICES`` = its UUIDs
-    (in device order), plus ``mounts`` (host path, container path) read-only, e.g. the simulated
-    ``nvidia-smi``. On real GPUs, ``control_nodes`` (``/dev/nvidiactl``, ``/dev/nvidia-uvm`` ...) and,
-    with ``gpu_nodes``, ``/dev/nvidia<index>`` of each GPU behind the request (a MIG instance's parent),
-    the same device nodes the device plugin passes."""
+    (in device order), one per allocated device with ``KUBEGPU_DEVICE_<NAME>`` = its UUID, plus
+    ``mounts`` (host path, container path) read-only, e.g. the simulated ``nvidia-smi``. On real GPUs,
+    ``control_nodes`` (``/dev/nvidiactl``, ``/dev/nvidia-uvm`` ...) and, with ``gpu_nodes``,
+    ``/dev/nvidia<index>`` of each GPU behind the request (a MIG instance's parent), the same device
+    nodes the device plugin passes."""
     by_request: dict[str, list[DraDevice]] = {}
     for cd in devices:
         by_request.setdefault(cd.request, []).append(cd.device)
@@ -457,6 +475,14 @@ def cdi_spec(
                 for h, c in mounts
             ]
         entries.append({"name": cdi_device_name(claim_uid, request), "containerEdits": edits})
+        for d in devs:
+            variable = "KUBEGPU_DEVICE_" + re.sub(r"[^A-Z0-9]", "_", d.name.upper())
+            entries.append(
+                {
+                    "name": cdi_device_name_of(claim_uid, d.name),
+                    "containerEdits": {"env": [f"{variable}={d.uuid}"]},
+                }
+            )
     return {"cdiVersion": CDI_VERSION, "kind": CDI_KIND, "devices": entries}
 
 

@@ -74,7 +74,8 @@ def test_prepare_writes_a_cdi_spec_with_the_allocated_uuids(tmp_path: Path, clai
     assert answer.error == ""
     assert [d.device for d in answer.devices] == ["gpu-2", "gpu-3"]
     assert all(d.pool == NODE and d.request_names == ("gpus",) for d in answer.devices)
-    assert answer.devices[0].cdi_ids == ("kubegpu.io/gpu=uid-1-gpus",)
+    assert answer.devices[0].cdi_ids == ("kubegpu.io/gpu=uid-1-dev-gpu-2", "kubegpu.io/gpu=uid-1-gpus")
+    assert answer.devices[1].cdi_ids == ("kubegpu.io/gpu=uid-1-dev-gpu-3",)
     node = load_node("builtin:seed-8gpu")
     assert f"NVIDIA_VISIBLE_DEVICES={node.gpus[2].uuid},{node.gpus[3].uuid}" in spec_env(tmp_path, "uid-1")
 

@@ -18,6 +18,7 @@ from kubegpu.model.dra import (
     DraDevice,
     allocated_devices,
     cdi_device_name,
+    cdi_device_name_of,
     cdi_spec,
     device_classes,
     dra_devices,
@@ -176,7 +177,12 @@ def test_cdi_spec_has_one_device_per_request_with_its_uuids() -> None:
     )
     assert spec["kind"] == CDI_KIND
     by_name = {e["name"]: e["containerEdits"] for e in spec["devices"]}
-    assert set(by_name) == {cdi_device_name("uid-1", "gpus"), cdi_device_name("uid-1", "extra")}
+    assert set(by_name) == {
+        cdi_device_name("uid-1", "gpus"),
+        cdi_device_name("uid-1", "extra"),
+        *(cdi_device_name_of("uid-1", x.name) for x in (d[0], d[1], d[5])),
+    }
+    assert by_name[cdi_device_name_of("uid-1", "gpu-5")]["env"] == [f"KUBEGPU_DEVICE_GPU_5={d[5].uuid}"]
     gpus = by_name[cdi_device_name("uid-1", "gpus")]
     assert f"NVIDIA_VISIBLE_DEVICES={d[0].uuid},{d[1].uuid}" in gpus["env"]
     assert gpus["mounts"][0]["containerPath"] == "/usr/bin/nvidia-smi"
