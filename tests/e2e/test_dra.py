@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import subprocess
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +38,18 @@ DRIVER = "gpu.kubegpu.io"
 GROUPS = ({0, 1, 2, 3}, {4, 5, 6, 7})  # seed-8gpu's NVLink groups
 
 
-StartDra = Callable[..., AgentProcess]
+@dataclass
+class DraProcess(AgentProcess):
+    """`kubegpu dra serve` on the rig's node; lines appended to ``faults`` are its GPU health events."""
+
+    faults: Path = Path("/dev/null")
+
+    def fault(self, line: str) -> None:
+        with self.faults.open("a") as f:
+            f.write(line + "\n")
+
+
+StartDra = Callable[..., DraProcess]
 
 
 @pytest.fixture
@@ -47,18 +59,20 @@ def start_dra(rig: Rig, tmp_path: Path) -> Iterator[StartDra]:
         kubegpu_argv("dra", "classes"), capture_output=True, text=True, timeout=60, check=True
     )
     rig.kubectl("apply", "-f", "-", input_text=classes.stdout)
-    started: list[AgentProcess] = []
+    started: list[DraProcess] = []
+    faults = tmp_path / "faults.jsonl"
+    faults.write_text("")
 
-    def start(*extra: str, spec: str = SEED, devices: int = 8) -> AgentProcess:
+    def start(*extra: str, spec: str = SEED, devices: int = 8) -> DraProcess:
         argv = kubegpu_argv(
             "dra", "serve", "--node-spec", spec, "--node-name", NODE_NAME,
             "--kubeconfig", str(rig.paths.kubeconfig), "--kubelet-dir", str(KUBELET_ROOT),
-            "--cdi-dir", str(CDI_SPEC_DIRS[-1]), "--simulated-nvidia-smi", "--resync", "2", *extra,
+            "--cdi-dir", str(CDI_SPEC_DIRS[-1]), "--simulated-nvidia-smi", "--resync", "2", "--fault-file", str(faults), *extra,
         )  # fmt: skip
         log_path = tmp_path / f"dra-{len(started)}.log"
         with log_path.open("wb") as logf:
             proc = subprocess.Popen(argv, stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-        driver = AgentProcess(argv=argv, log_path=log_path, proc=proc)
+        driver = DraProcess(argv=argv, log_path=log_path, proc=proc, faults=faults)
         started.append(driver)
         _current_logs.append(driver.log_tail)
         wait_until(
@@ -113,6 +127,16 @@ def claim_pod(name: str, claim_name: str) -> dict[str, Any]:
     return p
 
 
+def resource_health(cluster: Cluster, ns: str, name: str) -> dict[str, str]:
+    """resourceID -> health, from the pod's containerStatuses[].allocatedResourcesStatus."""
+    out: dict[str, str] = {}
+    for status in cluster.get("pod", name, ns).get("status", {}).get("containerStatuses", []):
+        for entry in status.get("allocatedResourcesStatus") or []:
+            for r in entry.get("resources") or []:
+                out[str(r.get("resourceID"))] = str(r.get("health"))
+    return out
+
+
 def allocated(cluster: Cluster, ns: str, name: str) -> list[str]:
     results = cluster.get("resourceclaim", name, ns)["status"]["allocation"]["devices"]["results"]
     return [r["device"] for r in results]
@@ -135,6 +159,31 @@ def test_a_claim_for_nvlink_connected_gpus_runs_with_exactly_those_gpus(
     assert any(set(visible) <= g for g in GROUPS), visible
     listed = [line for line in cluster.logs(ns, "pair").splitlines() if line.startswith("GPU ")]
     assert len(listed) == 2, listed  # the simulated nvidia-smi sees what CDI made visible
+
+    # kubelet shows each device's health in the pod's status (DRAResourceHealth), and an XID 79 on one
+    # of the pod's GPUs turns it Unhealthy there, while the GPU leaves the slice.
+    uid = cluster.get("resourceclaim", "pair", ns)["metadata"]["uid"]
+    ids = {i: f"kubegpu.io/gpu={uid}-dev-gpu-{i}" for i in visible}
+    wait_until(
+        "the pod's status to show both devices Healthy",
+        lambda: resource_health(cluster, ns, "pair"),
+        90,
+        accept=lambda h: all(h.get(r) == "Healthy" for r in ids.values()),
+    )
+    failed = visible[0]
+    driver.fault(json.dumps({"gpu": failed, "xid": 79}))
+    wait_until(
+        f"gpu-{failed} Unhealthy in the pod's status",
+        lambda: resource_health(cluster, ns, "pair"),
+        90,
+        accept=lambda h: h.get(ids[failed]) == "Unhealthy" and h.get(ids[visible[1]]) == "Healthy",
+    )
+    wait_until(
+        f"gpu-{failed} to leave the slice",
+        lambda: [d["name"] for d in slices(rig)[0]["spec"]["devices"]],
+        30,
+        accept=lambda names: f"gpu-{failed}" not in names and len(names) == 7,
+    )
 
     # Four in one clique: only the other group has four free, so that is where the claim must land.
     cluster.apply(in_ns(claim("quad", 4), ns))
@@ -162,11 +211,10 @@ def test_a_claim_for_nvlink_connected_gpus_runs_with_exactly_those_gpus(
     assert "matchAttribute gpu.kubegpu.io/nvlinkClique cannot be met" in findings["pod.claims"]["summary"]
 
     # The driver restarts (an upgrade): the running pods' claims stay prepared, from its checkpoint.
-    uid = cluster.get("resourceclaim", "pair", ns)["metadata"]["uid"]
     spec_file = CDI_SPEC_DIRS[-1] / f"kubegpu.io-gpu_{uid}.json"
     assert spec_file.exists()
     driver.stop()
-    start_dra()
+    start_dra(devices=7)  # the fault file still says XID 79 for that GPU
     assert spec_file.exists()
 
     # The pod ends: kubelet unprepares the claim and the restarted driver removes its CDI spec.
