@@ -67,7 +67,8 @@ def start_dra(rig: Rig, tmp_path: Path) -> Iterator[StartDra]:
         argv = kubegpu_argv(
             "dra", "serve", "--node-spec", spec, "--node-name", NODE_NAME,
             "--kubeconfig", str(rig.paths.kubeconfig), "--kubelet-dir", str(KUBELET_ROOT),
-            "--cdi-dir", str(CDI_SPEC_DIRS[-1]), "--simulated-nvidia-smi", "--resync", "2", "--fault-file", str(faults), *extra,
+            "--cdi-dir", str(CDI_SPEC_DIRS[-1]), "--simulated-nvidia-smi", "--resync", "2",
+            "--fault-file", str(faults), *extra,
         )  # fmt: skip
         log_path = tmp_path / f"dra-{len(started)}.log"
         with log_path.open("wb") as logf:
