@@ -53,8 +53,9 @@ StartDra = Callable[..., DraProcess]
 
 
 @pytest.fixture
-def start_dra(rig: Rig, tmp_path: Path) -> Iterator[StartDra]:
-    """Start `kubegpu dra serve` on the rig's node (DeviceClasses applied first); stopped afterwards."""
+def start_dra(rig: Rig, cluster: Cluster, tmp_path: Path) -> Iterator[StartDra]:
+    """Start `kubegpu dra serve` on the rig's node (DeviceClasses applied first); stopped afterwards,
+    after the test's namespaces are gone (kubelet must unprepare their claims through the driver)."""
     classes = subprocess.run(
         kubegpu_argv("dra", "classes"), capture_output=True, text=True, timeout=60, check=True
     )
@@ -85,6 +86,8 @@ def start_dra(rig: Rig, tmp_path: Path) -> Iterator[StartDra]:
         return driver
 
     yield start
+    for ns in cluster.namespaces:
+        cluster.delete_namespace(ns)
     for driver in started:
         driver.stop()
         _current_logs.remove(driver.log_tail)
@@ -126,6 +129,15 @@ def claim_pod(name: str, claim_name: str) -> dict[str, Any]:
     p["spec"]["resourceClaims"] = [{"name": "gpus", "resourceClaimName": claim_name}]
     p["spec"]["containers"][0]["resources"] = {"claims": [{"name": "gpus"}]}
     return p
+
+
+def doctor_claims(rig: Rig, ns: str, name: str) -> dict[str, Any]:
+    """`kubegpu doctor pod NS/NAME --json`: its pod.claims finding."""
+    argv = kubegpu_argv("doctor", "pod", f"{ns}/{name}", "--kubeconfig", str(rig.paths.kubeconfig), "--json")
+    res = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
+    assert res.returncode == 1, res.stderr[-2000:]
+    found: dict[str, Any] = {f["id"]: f for f in json.loads(res.stdout)["findings"]}["pod.claims"]
+    return found
 
 
 def resource_health(cluster: Cluster, ns: str, name: str) -> dict[str, str]:
@@ -198,18 +210,10 @@ def test_a_claim_for_nvlink_connected_gpus_runs_with_exactly_those_gpus(
     cluster.apply(in_ns(claim_pod("three", "three"), ns))
     cluster.wait_event(ns, "three", "FailedScheduling", "", timeout_s=60)
     assert cluster.pod_phase(ns, "three") == "Pending"
-    # ... and kubegpu doctor says why, in the claim's terms
-    res = subprocess.run(
-        kubegpu_argv("doctor", "pod", f"{ns}/three", "--kubeconfig", str(rig.paths.kubeconfig), "--json"),
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert res.returncode == 1, res.stderr[-2000:]
-    findings = {f["id"]: f for f in json.loads(res.stdout)["findings"]}
-    assert findings["pod.claims"]["status"] == "fail", findings["pod.claims"]
-    assert "matchAttribute gpu.kubegpu.io/nvlinkClique cannot be met" in findings["pod.claims"]["summary"]
+    # ... and kubegpu doctor says why: two healthy GPUs are free, three are asked for
+    claims = doctor_claims(rig, ns, "three")
+    assert claims["status"] == "fail", claims
+    assert "needs 3 device(s)" in claims["summary"] and "most: 2 on kubegpu-rig" in claims["summary"]
 
     # The driver restarts (an upgrade): the running pods' claims stay prepared, from its checkpoint.
     spec_file = CDI_SPEC_DIRS[-1] / f"kubegpu.io-gpu_{uid}.json"
@@ -309,6 +313,9 @@ def test_topology_order_places_a_claim_that_stock_index_order_strands(
     assert stock["c"] <= GROUPS[0] and stock["b"] <= GROUPS[1], stock
     cluster.wait_event(ns, "d", "FailedScheduling", "", timeout_s=60)
     assert cluster.pod_phase(ns, "d") == "Pending"
+    claims = doctor_claims(rig, ns, "d")  # 5 GPUs free, but at most 3 in one clique
+    assert "matchAttribute gpu.kubegpu.io/nvlinkClique cannot be met" in claims["summary"], claims
+    assert "most free devices sharing one is 3" in claims["summary"]
     cluster.delete_namespace(ns)
     driver.stop()
     rig.kubectl(
