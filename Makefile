@@ -48,7 +48,9 @@ bench: $(STAMP)
 ## (src/kubegpu/deviceplugin/api/) and PodResources v1 (src/kubegpu/podresources/api/).
 proto: $(STAMP)
 	$(BIN)/python -m grpc_tools.protoc -I src --python_out=src --pyi_out=src --grpc_python_out=src \
-		src/kubegpu/deviceplugin/api/v1beta1.proto src/kubegpu/podresources/api/v1.proto
+		src/kubegpu/deviceplugin/api/v1beta1.proto src/kubegpu/podresources/api/v1.proto \
+		src/kubegpu/dra/api/dra_v1.proto src/kubegpu/dra/api/dra_v1beta1.proto src/kubegpu/dra/api/registration_v1.proto \
+		src/kubegpu/dra/api/health_v1alpha1.proto src/kubegpu/dra/api/health_v1.proto
 
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache

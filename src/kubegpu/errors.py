@@ -21,6 +21,8 @@ single line on stderr and the exit code the class carries; anything else reachin
     ├── UnknownGpuError           exit 1  a health event names a GPU this node does not have
     ├── PodResourcesUnavailable   exit 1  kubelet's PodResources API cannot be read (socket, rate limit)
     ├── ApiServerError            exit 1  an API-server call failed (``status``: HTTP code, 0 unreachable)
+    ├── ClaimError                exit 1  the DRA driver cannot prepare a ResourceClaim (the reason
+    │                                     reaches the pod's events through kubelet)
     └── ProbeFailed               exit 1  a doctor probe cannot read what a check needs
         └── ClusterUnreachable            the API server cannot be reached, or the credentials fail
 
@@ -35,6 +37,7 @@ from enum import Enum
 __all__ = [
     "AllocationError",
     "ApiServerError",
+    "ClaimError",
     "ClusterUnreachable",
     "ConfigError",
     "DeviceRequestError",
@@ -132,6 +135,11 @@ class ApiServerError(KubegpuError):
     def __init__(self, message: str, *, status: int = 0) -> None:
         super().__init__(message)
         self.status = status
+
+
+class ClaimError(KubegpuError):
+    """The DRA driver cannot prepare a ResourceClaim: not allocated, replaced, or naming a device this
+    node does not publish. kubelet shows the message in the pod's ``FailedPrepareDynamicResources`` event."""
 
 
 class ProbeFailed(KubegpuError):

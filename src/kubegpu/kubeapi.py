@@ -30,6 +30,7 @@ from kubegpu.echo import clip
 from kubegpu.errors import ApiServerError
 
 __all__ = [
+    "DRA_FIELD_MANAGER",
     "FIELD_MANAGER",
     "QUARANTINE_FIELD_MANAGER",
     "ApiObject",
@@ -39,6 +40,7 @@ __all__ = [
 
 ApiObject = dict[str, Any]
 FIELD_MANAGER = "kubegpu"
+DRA_FIELD_MANAGER = "kubegpu-dra"
 QUARANTINE_FIELD_MANAGER = "kubegpu-quarantine"
 REQUEST_TIMEOUT_S = (3.0, 10.0)  # connect, read
 QUICK_TIMEOUT_S = (1.0, 3.0)
@@ -222,4 +224,54 @@ class KubeApi:
             self._lease_path(namespace, name),
             body=lease,
             query={"fieldManager": QUARANTINE_FIELD_MANAGER},
+        )
+
+    # -- DRA (resource.k8s.io/v1) --------------------------------------------------------------------
+
+    _RESOURCE = "/apis/resource.k8s.io/v1"
+
+    def get_resource_claim(self, namespace: str, name: str) -> ApiObject | None:
+        path = (
+            f"{self._RESOURCE}/namespaces/{quote(namespace, safe='')}/resourceclaims/{quote(name, safe='')}"
+        )
+        return self.request("GET", path, idempotent=True)
+
+    def list_resource_claims(self) -> list[ApiObject]:
+        """Every ResourceClaim (all namespaces): the DRA driver reads which of its devices are allocated."""
+        doc = self.request("GET", f"{self._RESOURCE}/resourceclaims", idempotent=True) or {}
+        return [i for i in doc.get("items", []) if isinstance(i, dict)]
+
+    def list_resource_slices(self, *, node_name: str, driver: str) -> list[ApiObject]:
+        """This node's slices of ``driver`` (the field selectors the node authorizer also allows)."""
+        query = {"fieldSelector": f"spec.nodeName={node_name},spec.driver={driver}"}
+        doc = self.request("GET", f"{self._RESOURCE}/resourceslices", query=query, idempotent=True) or {}
+        return [i for i in doc.get("items", []) if isinstance(i, dict)]
+
+    def create_resource_slice(self, body: ApiObject) -> ApiObject | None:
+        return self.request(
+            "POST", f"{self._RESOURCE}/resourceslices", body=body, query={"fieldManager": DRA_FIELD_MANAGER}
+        )
+
+    def replace_resource_slice(self, body: ApiObject) -> ApiObject | None:
+        """PUT; with ``metadata.resourceVersion`` set it answers 409 when the slice changed meanwhile."""
+        name = quote(str(body["metadata"]["name"]), safe="")
+        return self.request(
+            "PUT",
+            f"{self._RESOURCE}/resourceslices/{name}",
+            body=body,
+            query={"fieldManager": DRA_FIELD_MANAGER},
+        )
+
+    def delete_resource_slice(self, name: str) -> None:
+        self.request("DELETE", f"{self._RESOURCE}/resourceslices/{quote(name, safe='')}", idempotent=True)
+
+    def apply_device_class(self, body: ApiObject) -> ApiObject | None:
+        name = quote(str(body["metadata"]["name"]), safe="")
+        return self.request(
+            "PATCH",
+            f"{self._RESOURCE}/deviceclasses/{name}",
+            body=body,
+            query={"fieldManager": DRA_FIELD_MANAGER, "force": "true"},
+            content_type="application/apply-patch+yaml",
+            idempotent=True,
         )

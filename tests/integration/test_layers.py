@@ -42,6 +42,8 @@ CASES = [
     ("kubeapi.py", "import kubegpu.node.labels", {"R3"}),  # the API client sits below the tools
     ("node/hygiene.py", "import kubernetes", {"R7"}),  # only kubeapi talks to the API server
     ("node/lease.py", "import rich", {"R4"}),
+    ("dra/driver.py", "import kubegpu.agent", {"R3"}),  # the two node daemons are siblings
+    ("model/dra.py", "import kubegpu.dra.checkpoint", {"R1", "R2", "R3"}),
 ]
 
 

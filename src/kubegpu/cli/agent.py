@@ -13,10 +13,7 @@ from __future__ import annotations
 
 import functools
 import inspect
-import json
-import logging
 import os
-import sys
 from collections.abc import Callable, Mapping
 from enum import Enum
 from pathlib import Path
@@ -25,45 +22,11 @@ from typing import Annotated, Any
 import typer
 from typer.core import TyperCommand
 
+from kubegpu.cli.logs import setup_logging as _setup_logging
 from kubegpu.deviceplugin.config import CLI_FLAGS, SETTINGS, Setting
 from kubegpu.echo import shorten
 
 __all__ = ["register"]
-
-_STANDARD_LOG_FIELDS = set(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {"message", "asctime"}
-
-
-class _JsonFormatter(logging.Formatter):
-    def format(self, record: logging.LogRecord) -> str:
-        out: dict[str, object] = {
-            "ts": round(record.created, 3),
-            "level": record.levelname.lower(),
-            "logger": record.name,
-            "msg": record.getMessage(),
-        }
-        for key, value in vars(record).items():
-            if key not in _STANDARD_LOG_FIELDS:
-                out[key] = value
-        if record.exc_info:
-            out["exc"] = self.formatException(record.exc_info)
-        return json.dumps(out, default=str)
-
-
-class _TextFormatter(logging.Formatter):
-    def format(self, record: logging.LogRecord) -> str:
-        extra = " ".join(f"{k}={v}" for k, v in vars(record).items() if k not in _STANDARD_LOG_FIELDS)
-        line = f"{record.levelname.lower():7} {record.getMessage()}" + (f"  {extra}" if extra else "")
-        if record.exc_info:
-            line += "\n" + self.formatException(record.exc_info)
-        return line
-
-
-def _setup_logging(level: str) -> None:
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(_TextFormatter() if sys.stderr.isatty() else _JsonFormatter())
-    root = logging.getLogger()
-    root.handlers[:] = [handler]
-    root.setLevel(level.upper())
 
 
 def _display(value: object) -> str:

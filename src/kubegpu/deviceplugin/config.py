@@ -52,6 +52,7 @@ from kubegpu.errors import ConfigError
 from kubegpu.health.policy import EccAction, HealthPolicy, WatcherFailureAction
 from kubegpu.health.quarantine import EvictionPolicy, QuarantinePolicy, QuarantineSettings, TaintEffect
 from kubegpu.health.xid import DEFAULT_IGNORED_XIDS, XidPolicy
+from kubegpu.model.dra import DraGpus
 
 __all__ = [
     "CLI_FLAGS",
@@ -635,6 +636,31 @@ _LABEL_KEY = re.compile(r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[
                         r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")  # fmt: skip
 
 
+def _parse_dra_gpus(where: str, value: object) -> DraGpus:
+    """``kubegpu.dra.gpus``: ``none`` (default), ``all``, or GPU indexes (a list or ``"4,5,6,7"``)."""
+    if isinstance(value, str):
+        text = value.strip().lower()
+        if text in ("", "none"):
+            return DraGpus()
+        if text == "all":
+            return DraGpus(all=True)
+        items: list[object] = [v.strip() for v in text.split(",")]
+    elif isinstance(value, list):
+        items = list(value)
+    else:
+        raise ConfigError(f"{where}: {shorten(value)} must be none, all, or a list of GPU indexes")
+    indexes: set[int] = set()
+    for item in items:
+        if isinstance(item, bool) or not (
+            isinstance(item, int) or (isinstance(item, str) and item.isdigit())
+        ):
+            raise ConfigError(
+                f"{where}: {shorten(item)} is not a GPU index; use none, all, or indexes like 4,5,6,7"
+            )
+        indexes.add(int(item))
+    return DraGpus(indexes=frozenset(indexes))
+
+
 def _parse_quarantine(where: str, value: object) -> QuarantineSettings:
     """``kubegpu.quarantine``: what the agent does to its Node when a GPU fails (docs/node.md)."""
     raw = _mapping(where, value)
@@ -926,6 +952,15 @@ _NODE_LABELS = Setting[bool](
     env=(EnvVar("KUBEGPU_NODE_LABELS"),),
     flag="--node-labels",
 )
+_DRA_GPUS = Setting[DraGpus](
+    name="dra_gpus",
+    parse=_parse_dra_gpus,
+    default=DraGpus(),
+    help="GPUs the DRA driver (kubegpu dra serve) serves instead of the device plugin: none, all, indexes.",
+    file_keys=("kubegpu.dra.gpus",),
+    env=(EnvVar("KUBEGPU_DRA_GPUS"),),
+    flag="--dra-gpus",
+)
 _QUARANTINE = Setting[QuarantineSettings](
     name="quarantine",
     parse=_parse_quarantine,
@@ -957,6 +992,7 @@ SETTINGS: tuple[Setting[Any], ...] = (
     _POD_RESOURCES_SOCKET,
     _NODE_LABELS,
     _QUARANTINE,
+    _DRA_GPUS,
 )
 ENV_VARS: tuple[str, ...] = tuple(sorted({e.name for s in SETTINGS for e in s.env}))
 CLI_FLAGS: Mapping[str, str] = {s.name: s.flag for s in SETTINGS if s.flag}
@@ -991,6 +1027,7 @@ class AgentConfig:
     pod_resources_socket: str = _POD_RESOURCES_SOCKET.default
     node_labels: bool = _NODE_LABELS.default
     quarantine: QuarantineSettings = _QUARANTINE.default
+    dra_gpus: DraGpus = _DRA_GPUS.default
     sharing: Sharing | None = None
     source_file: str | None = None
     warnings: tuple[str, ...] = ()

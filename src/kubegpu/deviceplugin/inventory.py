@@ -23,7 +23,7 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import Enum
 from typing import NewType
 
@@ -408,5 +408,23 @@ def build_inventory(node: Node, config: AgentConfig) -> Inventory:
     plan = resolve_sharing(node, config.sharing)
     candidates, warnings = split_resources(node, config.mig_strategy, plan)
     check_names(candidates)
+    dra = config.dra_gpus
+    if dra.any:
+        missing = sorted(i for i in dra.indexes if not any(g.index == i for g in node.gpus))
+        if missing:
+            raise ConfigError(
+                f"kubegpu.dra.gpus: GPU {', '.join(map(str, missing))} is not on this node "
+                f"(GPUs {', '.join(str(g.index) for g in node.gpus) or 'none'})"
+            )
+        # GPUs the DRA driver serves are not advertised here: one GPU, one owner
+        candidates = [
+            replace(
+                c,
+                resource=replace(
+                    c.resource, devices=tuple(d for d in c.resource.devices if not dra.serves(d.gpu))
+                ),
+            )
+            for c in candidates
+        ]
     resources = tuple(c.resource for c in candidates if c.resource.devices)
     return Inventory(node=node, resources=resources, warnings=tuple(warnings))

@@ -44,6 +44,13 @@ class ClusterApi(Protocol):
         self, namespace: str, pod: str, container: str, *, previous: bool = False, tail_lines: int = 200
     ) -> str | None: ...
 
+    def list_dra(self, kind: str) -> list[ApiObject]:
+        """Every object of a ``resource.k8s.io/v1`` kind in ``DRA_KINDS`` (claims: all namespaces)."""
+        ...
+
+
+DRA_KINDS = ("ResourceClaim", "DeviceClass", "ResourceSlice")
+
 
 def dig(obj: Mapping[str, Any] | None, *keys: str, default: Any = None) -> Any:
     """``obj[k1][k2]…`` or ``default`` when any step is missing or not a mapping."""
@@ -77,6 +84,7 @@ class RecordedCluster:
     nodes: list[ApiObject] = field(default_factory=list)
     pods: list[ApiObject] = field(default_factory=list)
     events: list[ApiObject] = field(default_factory=list)
+    dra: list[ApiObject] = field(default_factory=list)  # ResourceClaims, DeviceClasses, ResourceSlices
     logs: dict[str, str] = field(default_factory=dict)  # "ns/pod/container" or "ns/pod/container/previous"
 
     @classmethod
@@ -93,6 +101,8 @@ class RecordedCluster:
                     rec.pods.append(item)
                 elif kind == "Event":
                     rec.events.append(item)
+                elif kind in DRA_KINDS:
+                    rec.dra.append(item)
         return rec
 
     @classmethod
@@ -149,6 +159,9 @@ class RecordedCluster:
             and (kind == "Node" or dig(e, "metadata", "namespace", default=namespace) == namespace)
         ]
 
+    def list_dra(self, kind: str) -> list[ApiObject]:
+        return [o for o in self.dra if o.get("kind") == kind]
+
     def read_log(
         self, namespace: str, pod: str, container: str, *, previous: bool = False, tail_lines: int = 200
     ) -> str | None:
@@ -182,15 +195,26 @@ class LiveCluster:
                 f"no usable kubeconfig ({where}) and not running in a pod: {exc}"
             ) from exc
         configuration.retries = 0  # one try per call: the doctor must finish in bounded time
-        self._core = client.CoreV1Api(client.ApiClient(configuration))
+        api_client = client.ApiClient(configuration)
+        self._core = client.CoreV1Api(api_client)
+        self._resource = client.ResourceV1Api(api_client)
         self._host = configuration.host
 
-    def _get(self, method: str, *args: Any, **kwargs: Any) -> Any:
+    def list_dra(self, kind: str) -> list[ApiObject]:
+        method = {
+            "ResourceClaim": "list_resource_claim_for_all_namespaces",
+            "DeviceClass": "list_device_class",
+            "ResourceSlice": "list_resource_slice",
+        }[kind]
+        data = self._get(method, api=self._resource)
+        return [] if data is None else [{"kind": kind, **o} for o in _items(json.loads(data))]
+
+    def _get(self, method: str, *args: Any, api: Any = None, **kwargs: Any) -> Any:
         from kubernetes.client.exceptions import ApiException
         from urllib3.exceptions import HTTPError
 
         try:
-            resp = getattr(self._core, method)(
+            resp = getattr(api if api is not None else self._core, method)(
                 *args, _preload_content=False, _request_timeout=REQUEST_TIMEOUT_S, **kwargs
             )
         except ApiException as exc:

@@ -11,6 +11,7 @@ from datetime import datetime
 from pathlib import Path
 
 from kubegpu.doctor.chain import Check, Report, run_checks
+from kubegpu.doctor.claims import CLAIM_CHECKS
 from kubegpu.doctor.cluster import CLUSTER_CHECKS, ClusterContext
 from kubegpu.doctor.clusterprobe import ClusterApi
 from kubegpu.doctor.host import HOST_CHECKS, HostFacts, NodeContext
@@ -62,7 +63,7 @@ def pod_report(
     ctx = PodContext(cluster=cluster, namespace=namespace, name=name)
     if now is not None:
         ctx = PodContext(cluster=cluster, namespace=namespace, name=name, now=now)
-    return api_check + run_checks(POD_CHECKS, ctx, prior=api_check.findings)
+    return api_check + run_checks(POD_CHECKS + CLAIM_CHECKS, ctx, prior=api_check.findings)
 
 
 def host_node_name(root: Path | str) -> str | None:

@@ -1,0 +1,1 @@
+"""kubegpu's DRA driver: a kubelet plugin (registration, prepare/unprepare, CDI) and its ResourceSlices."""
