@@ -239,6 +239,27 @@ class NvmlSource:
             raise SourceError(f"NVML is not available: {explain(exc)}") from exc
         return cls(module, sysfs=sysfs)
 
+    @property
+    def module(self) -> ModuleType | Any:
+        """The NVML module in use (``pynvml``, or a test's fake): for the MIG backend (``nvmlmig``)."""
+        return self._nvml
+
+    def handle(self, index: int) -> Any:
+        """The NVML handle of GPU ``index`` (``SourceError`` when NVML cannot give it)."""
+        return self._call(f"handle of GPU {index}", self._nvml.nvmlDeviceGetHandleByIndex, index)
+
+    def device_ids(self) -> dict[int, int]:
+        """GPU index -> PCI device ID (``0xDDDDVVVV``, mig-parted's device filters); GPUs whose PCI info
+        NVML does not give are left out (mig-parted configs then match them by model)."""
+        nv = self._nvml
+        ids: dict[int, int] = {}
+        for i in range(int(self._call("device count", nv.nvmlDeviceGetCount))):
+            try:
+                ids[i] = int(nv.nvmlDeviceGetPciInfo(nv.nvmlDeviceGetHandleByIndex(i)).pciDeviceId)
+            except (nv.NVMLError, AttributeError, TypeError, ValueError) as exc:
+                log.info("no PCI device ID from NVML", extra={"gpu": i, "error": str(exc)})
+        return ids
+
     def close(self) -> None:
         try:
             self._nvml.nvmlShutdown()
