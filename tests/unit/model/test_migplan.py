@@ -38,7 +38,12 @@ def test_a_gpu_that_already_has_the_profiles_is_not_touched() -> None:
     assert t.affected == (1,)  # GPU 0 already is 3g + 2g + 2 x 1g, whatever the start slots
     new = repartitioned(NODE, t, mig_uuid=lambda g, p: GpuUuid(f"MIG-{g.index}-{p.start_slot}"))
     assert new.gpus[0] == NODE.gpus[0]
-    assert sorted(m.profile for m in new.gpus[1].mig_instances) == ["1g.10gb", "1g.10gb", "2g.20gb", "3g.40gb"]
+    assert sorted(m.profile for m in new.gpus[1].mig_instances) == [
+        "1g.10gb",
+        "1g.10gb",
+        "2g.20gb",
+        "3g.40gb",
+    ]
 
 
 def test_all_disabled_turns_mig_off_on_the_mig_gpu_only() -> None:
@@ -58,7 +63,7 @@ def test_the_same_config_twice_changes_nothing() -> None:
 
 def test_a_layout_that_breaks_a_placement_rule_is_refused_naming_the_rule() -> None:
     bad = parse_mig_parted(
-        'version: v1\nmig-configs:\n  four-2g:\n    - devices: all\n      mig-enabled: true\n'
+        "version: v1\nmig-configs:\n  four-2g:\n    - devices: all\n      mig-enabled: true\n"
         '      mig-devices: {"2g.20gb": 4}\n',
         origin="cm.yaml",
     )
@@ -75,9 +80,15 @@ def test_pods_holding_a_device_of_a_changed_gpu_block_others_do_not() -> None:
     mig0 = str(NODE.gpus[0].mig_instances[3].uuid)
     gpu1 = str(NODE.gpus[1].uuid)
     holders = [
-        DeviceHolder(namespace="a", pod="on-mig", container="c", resource="nvidia.com/mig-1g.10gb", device_ids=(mig0,)),
-        DeviceHolder(namespace="b", pod="on-gpu1", container="c", resource="nvidia.com/gpu", device_ids=(f"{gpu1}::2",)),
-        DeviceHolder(namespace="c", pod="other", container="c", resource="example.com/x", device_ids=("X-1",)),
+        DeviceHolder(
+            namespace="a", pod="on-mig", container="c", resource="nvidia.com/mig-1g.10gb", device_ids=(mig0,)
+        ),
+        DeviceHolder(
+            namespace="b", pod="on-gpu1", container="c", resource="nvidia.com/gpu", device_ids=(f"{gpu1}::2",)
+        ),
+        DeviceHolder(
+            namespace="c", pod="other", container="c", resource="example.com/x", device_ids=("X-1",)
+        ),
     ]
     assert blocking_pods(holders, (0,), index_of()) == (("a", "on-mig"),)
     assert blocking_pods(holders, (1,), index_of()) == (("b", "on-gpu1"),)  # a replica of GPU 1

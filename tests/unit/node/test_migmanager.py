@@ -46,7 +46,9 @@ class FakeApi:
     def get_node(self, name: str, *, quick: bool = False) -> dict[str, Any]:
         return {"metadata": {"name": name, "uid": "uid-1", "labels": copy.deepcopy(self.labels)}}
 
-    def apply_node(self, name: str, patch: dict[str, Any], *, field_manager: str, force: bool = False) -> None:
+    def apply_node(
+        self, name: str, patch: dict[str, Any], *, field_manager: str, force: bool = False
+    ) -> None:
         assert field_manager == "kubegpu-mig-manager" and force
         self.labels.update(patch["metadata"]["labels"])
         self.state_writes.append(patch["metadata"]["labels"][STATE])
@@ -69,7 +71,9 @@ class FakeApi:
 
 
 class Harness:
-    def __init__(self, tmp_path: Path, *, drain: bool = False, config_file: str = "builtin:mig-parted-default") -> None:
+    def __init__(
+        self, tmp_path: Path, *, drain: bool = False, config_file: str = "builtin:mig-parted-default"
+    ) -> None:
         self.api = FakeApi()
         self.node: Node = SPEC
         self.served: list[Node] = []
@@ -106,7 +110,9 @@ class Harness:
 
     def hold(self, pod: str, uuid: str) -> None:
         self.holders.append(
-            DeviceHolder(namespace="ml", pod=pod, container="c", resource="nvidia.com/mig-1g.10gb", device_ids=(uuid,))
+            DeviceHolder(
+                namespace="ml", pod=pod, container="c", resource="nvidia.com/mig-1g.10gb", device_ids=(uuid,)
+            )
         )
         self.api.pods[("ml", pod)] = {"metadata": {"name": pod}, "spec": {"nodeName": "n0"}}
 
@@ -159,7 +165,11 @@ def test_a_pod_on_an_affected_gpu_holds_the_change_pending_until_it_ends(tmp_pat
     h.api.labels["nvidia.com/mig.config"] = "all-1g.10gb"
     for _ in range(3):
         outcome = h.manager.sync_once()
-        assert outcome is not None and outcome.state.value == "pending" and outcome.blocking == (("ml", "trainer"),)
+        assert (
+            outcome is not None
+            and outcome.state.value == "pending"
+            and outcome.blocking == (("ml", "trainer"),)
+        )
     assert h.api.labels[STATE] == "pending" and h.served == [] and h.api.evicted == []
     assert h.reasons() == [("Normal", "MigConfigPending")]  # told once, not every pass
     assert "ml/trainer" in h.api.events[0]["message"] and "drain is off" in h.api.events[0]["message"]

@@ -64,7 +64,11 @@ class FakeMigNvml(FakeNvml):
         p = H100[profile_id]
         if start not in p.start_slots:
             raise NVMLError(INVALID)
-        taken = {s for g in self.gis[gpu].values() for s in range(g["start"], g["start"] + H100[g["profile"]].memory_slices)}
+        taken = {
+            s
+            for g in self.gis[gpu].values()
+            for s in range(g["start"], g["start"] + H100[g["profile"]].memory_slices)
+        }
         if taken & set(range(start, start + p.memory_slices)):
             raise NVMLError(INSUFFICIENT)
         gi_id = min(set(range(1, 15)) - set(self.gis[gpu]))
@@ -141,7 +145,9 @@ class FakeMigNvml(FakeNvml):
 
     # -- compute instances ------------------------------------------------------------------------
 
-    def nvmlGpuInstanceGetComputeInstanceProfileInfo(self, gi: int, constant: int, eng: int) -> SimpleNamespace:
+    def nvmlGpuInstanceGetComputeInstanceProfileInfo(
+        self, gi: int, constant: int, eng: int
+    ) -> SimpleNamespace:
         gpu, gi_id = self._owner(gi)
         slices = H100[self.gis[gpu][gi_id]["profile"]].compute_slices
         if constant > {1: 0, 2: 1, 3: 2, 4: 3, 7: 4}[slices]:
@@ -206,7 +212,10 @@ def setup() -> tuple[FakeMigNvml, NvmlSource, NvmlMigBackend]:
 def test_the_fake_reads_back_as_the_node_the_backend_starts_from() -> None:
     _, source, _ = setup()
     node = source.read_node("n")
-    assert node.gpus[0].mig_enabled and sorted(m.profile for m in node.gpus[0].mig_instances) == ["1g.10gb", "3g.40gb"]
+    assert node.gpus[0].mig_enabled and sorted(m.profile for m in node.gpus[0].mig_instances) == [
+        "1g.10gb",
+        "3g.40gb",
+    ]
     assert not node.gpus[1].mig_enabled
     assert source.device_ids() == {0: 0x233010DE, 1: 0x233010DE}
 
@@ -248,7 +257,9 @@ def test_an_instance_in_use_is_refused_naming_gpu_and_step() -> None:
     fake, source, backend = setup()
     next(iter(fake.gis[0].values()))["busy"] = True
     node = source.read_node("n")
-    with pytest.raises(MigApplyError, match=r"GPU 0: destroying a compute instance failed: .*a process still uses"):
+    with pytest.raises(
+        MigApplyError, match=r"GPU 0: destroying a compute instance failed: .*a process still uses"
+    ):
         backend.apply(node, plan_transition(node, DEFAULT.config("all-1g.10gb")))
 
 
@@ -256,7 +267,9 @@ def test_a_mode_change_left_pending_is_refused_and_never_resets_the_gpu() -> Non
     fake, source, backend = setup()
     fake.needs_reset = True
     node = source.read_node("n")
-    with pytest.raises(MigApplyError, match=r"GPU 1: MIG on is pending until the GPU is reset .*never resets"):
+    with pytest.raises(
+        MigApplyError, match=r"GPU 1: MIG on is pending until the GPU is reset .*never resets"
+    ):
         backend.apply(node, plan_transition(node, DEFAULT.config("all-1g.10gb")))
     assert fake.mode[1] == 0 and fake.pending[1] == 1
 
@@ -266,7 +279,7 @@ def test_a_creation_failure_leaves_the_gpu_empty_not_half_built() -> None:
     fake.fail_create_at = 3  # the third GPU instance of the layout
     node = source.read_node("n")
     single = parse_mig_parted(
-        'version: v1\nmig-configs:\n  gpu0:\n    - devices: [0]\n      mig-enabled: true\n'
+        "version: v1\nmig-configs:\n  gpu0:\n    - devices: [0]\n      mig-enabled: true\n"
         '      mig-devices: {"1g.10gb": 7}\n'
     )
     with pytest.raises(MigApplyError, match="GPU 0: creating a GPU instance"):
