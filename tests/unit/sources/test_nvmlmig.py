@@ -38,7 +38,7 @@ class FakeMigNvml(FakeNvml):
     c_nvmlGpuInstance_t = ctypes.c_void_p
     c_nvmlComputeInstance_t = ctypes.c_void_p
 
-    class c_nvmlGpuInstancePlacement_t:  # noqa: N801 - NVML's name
+    class c_nvmlGpuInstancePlacement_t:
         start = 0
         size = 0
 
