@@ -34,6 +34,10 @@
     keeps its Node's GPU labels and quarantines the node on a fatal GPU failure (``kubegpu.node``,
     docs/node.md); without them both are off, with one log line, and the agent works as before.
     The quarantine an earlier run left on the Node is read back before health events flow.
+14. with ``kubegpu.migManager.enabled`` (and the same node name and API access) the MIG manager
+    (``kubegpu.node.migmanager``) follows the node label ``nvidia.com/mig.config``; a repartition it
+    applies is served through ``reload(node=...)``, the same all-or-nothing swap as a config reload,
+    so the new MIG resources reach kubelet without a restart (docs/mig.md, "The MIG manager").
 
 The plugin directory is made absolute once, when the agent is built (gRPC's ``unix://`` needs it).
 """

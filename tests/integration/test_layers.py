@@ -42,6 +42,8 @@ CASES = [
     ("kubeapi.py", "import kubegpu.node.labels", {"R3"}),  # the API client sits below the tools
     ("node/hygiene.py", "import kubernetes", {"R7"}),  # only kubeapi talks to the API server
     ("node/lease.py", "import rich", {"R4"}),
+    ("sources/nvmlmig.py", "import pynvml", {"R5"}),  # the MIG backend goes through NvmlSource's module
+    ("node/migmanager.py", "import kubegpu.agent", {"R3"}),  # the agent composes; the manager calls back
 ]
 
 

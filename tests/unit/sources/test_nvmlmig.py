@@ -51,6 +51,7 @@ class FakeMigNvml(FakeNvml):
         self.serial = 0
         self.calls: list[str] = []
         self.fail_create_at: int | None = None  # the n-th GPU-instance creation fails (insufficient)
+        self.report_profile_id = True
         self._gi(0, 9, 4)
         self._gi(0, 19, 0)
 
@@ -141,7 +142,10 @@ class FakeMigNvml(FakeNvml):
 
     def nvmlGpuInstanceGetInfo(self, gi: int) -> SimpleNamespace:
         gpu, gi_id = self._owner(gi)
-        return SimpleNamespace(placement=SimpleNamespace(start=self.gis[gpu][gi_id]["start"]))
+        g = self.gis[gpu][gi_id]
+        if not self.report_profile_id:  # older drivers' structs: placement only
+            return SimpleNamespace(placement=SimpleNamespace(start=g["start"]))
+        return SimpleNamespace(placement=SimpleNamespace(start=g["start"]), profileId=g["profile"])
 
     # -- compute instances ------------------------------------------------------------------------
 
@@ -192,7 +196,8 @@ class FakeMigNvml(FakeNvml):
 
     def nvmlDeviceGetAttributes(self, mig: tuple[int, int]) -> SimpleNamespace:
         p = H100[self.gis[mig[0]][mig[1]]["profile"]]
-        return SimpleNamespace(gpuInstanceSliceCount=p.compute_slices, memorySizeMB=p.memory_gb * 1024)
+        memory_mb = int((p.memory_gib or p.memory_gb) * 1024)  # what -lgip reports: 79.25 GiB for 7g.80gb
+        return SimpleNamespace(gpuInstanceSliceCount=p.compute_slices, memorySizeMB=memory_mb)
 
     def nvmlDeviceGetGpuInstanceId(self, mig: tuple[int, int]) -> int:
         return mig[1]
@@ -286,3 +291,20 @@ def test_a_creation_failure_leaves_the_gpu_empty_not_half_built() -> None:
         backend.apply(node, plan_transition(node, single.config("gpu0")))
     assert fake.gis[0] == {} and fake.mode[0] == 1
     assert backend.current(node).gpus[0].mig_instances == ()  # what the agent then advertises
+
+
+@pytest.mark.parametrize("report_profile_id", [True, False])
+@pytest.mark.parametrize("config", ["all-7g.80gb", "all-1g.20gb", "all-1g.10gb.me"])
+def test_profiles_read_back_under_their_catalogue_names(config: str, report_profile_id: bool) -> None:
+    fake, source, backend = setup()
+    fake.report_profile_id = report_profile_id
+    node = source.read_node("n")
+    t = plan_transition(node, DEFAULT.config(config), device_ids=source.device_ids())
+    if config.endswith(".me") and not report_profile_id:
+        # without the GPU-instance profile ID a 1g+me instance reads back as a plain 1g: refused, named
+        with pytest.raises(MigApplyError, match="other MIG instances than were created"):
+            backend.apply(node, t)
+        return
+    after = backend.apply(node, t)
+    wanted = config.removeprefix("all-").replace(".me", "+me")
+    assert {m.profile for g in after.gpus for m in g.mig_instances} == {wanted}
