@@ -484,6 +484,7 @@ class Agent:
             index_of=lambda: self._aliases(current_node()),
             holders=pods.holders,
             on_applied=lambda new: self.reload(node=new),
+            can_serve=self._can_serve,
             device_ids=device_ids,
         )
         self._mig.start()
@@ -491,6 +492,17 @@ class Agent:
             "MIG manager on",
             extra={"node": name, "configFile": settings.config_file, "drain": settings.drain},
         )
+
+    def _can_serve(self, node: Node) -> str | None:
+        """Why the running config could not advertise ``node`` (checked before a repartition), or None."""
+        config = self.config
+        if config is None:
+            return "the agent has no config yet"
+        try:
+            build_inventory(node, config)
+        except KubegpuError as exc:
+            return str(exc)
+        return None
 
     def _start_nvml_watch(self) -> None:
         if self._nvml_source is not None and self._nvml_thread is None:

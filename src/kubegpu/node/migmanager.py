@@ -5,8 +5,10 @@ config it has not settled yet (the label's value, or the mig-parted file's conte
 
 1. the named config is read from the mig-parted file (``kubegpu.migManager.configFile``, a mounted
    ConfigMap) and planned against the node (``kubegpu.model.migplan.plan_transition``). A config the
-   file lacks, or one that breaks a placement rule, sets ``nvidia.com/mig.config.state=failed`` with
-   the reason in a Warning Node event; the GPUs keep their layout;
+   file lacks, one that breaks a placement rule, or one the agent could not advertise with its
+   config (``can_serve``: e.g. mixed profiles under MIG strategy ``single``) sets
+   ``nvidia.com/mig.config.state=failed`` with the reason in a Warning Node event; the GPUs keep
+   their layout;
 2. otherwise the state is ``pending``. Pods holding a device backed by a GPU that must change (from
    kubelet's PodResources) block it: without ``drain`` the manager waits for them to end (one Normal
    event naming them), with ``drain`` it evicts them through the Eviction API (``PodEvictor``);
@@ -39,6 +41,7 @@ from kubegpu.echo import clip
 from kubegpu.errors import InputError, KubegpuError, MigApplyError, MigLayoutError
 from kubegpu.kubeapi import MIG_FIELD_MANAGER, KubeApi
 from kubegpu.model.holder import DeviceHolder
+from kubegpu.model.mig import PlacedInstance
 from kubegpu.model.migparted import MigPartedConfig
 from kubegpu.model.migplan import (
     MIG_CONFIG_LABEL,
@@ -49,8 +52,9 @@ from kubegpu.model.migplan import (
     MigTransition,
     blocking_pods,
     plan_transition,
+    repartitioned,
 )
-from kubegpu.model.node import Node
+from kubegpu.model.node import Gpu, GpuUuid, Node
 from kubegpu.node.eviction import PodEvictor
 from kubegpu.sources.migparted import BUILTIN_PREFIX, load_mig_parted
 
@@ -60,6 +64,11 @@ log = logging.getLogger(__name__)
 
 EVENT_NAMESPACE = "default"
 COMPONENT = "kubegpu-mig-manager"
+
+
+def _planned_uuid(gpu: Gpu, placed: PlacedInstance) -> GpuUuid:
+    """A stand-in UUID for checking, before anything is applied, that the agent can serve a layout."""
+    return GpuUuid(f"MIG-planned-{gpu.index}-{placed.profile.gi_profile_id}-{placed.start_slot}")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -86,6 +95,7 @@ class MigManager:
         index_of: Callable[[], Mapping[str, int]],
         holders: Callable[[], list[DeviceHolder]],
         on_applied: Callable[[Node], bool],
+        can_serve: Callable[[Node], str | None] | None = None,
         device_ids: Mapping[int, int] | None = None,
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
@@ -94,7 +104,7 @@ class MigManager:
         self._settings = settings
         self._backend = backend
         self._node, self._index_of, self._holders = node, index_of, holders
-        self._on_applied = on_applied
+        self._on_applied, self._can_serve = on_applied, can_serve
         self._device_ids = dict(device_ids or {})
         self._clock, self._wall = clock, wall_clock
         self._lock = threading.Lock()
@@ -128,7 +138,7 @@ class MigManager:
     def stop(self) -> None:
         self._stop.set()
         if self._thread is not None:
-            self._thread.join(timeout=2.0)
+            self._thread.join(timeout=1.0)
 
     # -- the loop -----------------------------------------------------------------------------------
 
@@ -184,6 +194,13 @@ class MigManager:
             transition = plan_transition(self._node(), config, device_ids=self._device_ids)
         except (InputError, MigLayoutError) as exc:
             return self._fail(wanted, f"config {clip(wanted)} refused: {exc}")
+        if transition.affected and self._can_serve is not None:
+            planned = repartitioned(self._node(), transition, mig_uuid=_planned_uuid)
+            problem = self._can_serve(planned)
+            if problem is not None:
+                return self._fail(
+                    wanted, f"config {clip(wanted)} refused: the agent could not serve it: {problem}"
+                )
         if not transition.affected:
             self._write_state(MigConfigState.SUCCESS)
             message = f"{transition.describe()} (nothing to change)"

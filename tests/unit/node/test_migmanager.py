@@ -81,6 +81,7 @@ class Harness:
         self.holders_error: Exception | None = None
         self.backend = SimulatedMigBackend(tmp_path / "mig.json")
         self.serve_ok = True
+        self.serve_problem: str | None = None
         self.manager = MigManager(
             cast(KubeApi, self.api),
             node_name="n0",
@@ -90,6 +91,7 @@ class Harness:
             index_of=self.index_of,
             holders=self.get_holders,
             on_applied=self.serve,
+            can_serve=lambda node: self.serve_problem,
         )
 
     def index_of(self) -> dict[str, int]:
@@ -144,6 +146,16 @@ def test_a_config_name_the_file_lacks_fails_with_the_reason_and_keeps_the_layout
     assert h.reasons() == [("Warning", "MigConfigFailed")]
     assert "has no config 'all-9g.99gb'" in h.api.events[0]["message"]
     assert h.served == [] and h.node == SPEC
+
+
+def test_a_layout_the_agent_could_not_advertise_is_refused_before_anything_changes(tmp_path: Path) -> None:
+    h = Harness(tmp_path)
+    h.serve_problem = "migStrategy single: GPU 1 mixes MIG profiles"
+    h.api.labels["nvidia.com/mig.config"] = "all-balanced"
+    h.manager.sync_once()
+    assert h.api.labels[STATE] == "failed" and h.served == [] and h.node == SPEC
+    assert "could not serve it: migStrategy single" in h.api.events[0]["message"]
+    assert not (tmp_path / "mig.json").exists()  # the backend was never called
 
 
 def test_a_layout_breaking_a_placement_rule_fails_with_the_rule(tmp_path: Path) -> None:
