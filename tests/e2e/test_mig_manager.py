@@ -15,6 +15,7 @@ test_node_hygiene.py) and ``kubegpu.migManager`` on in its config file.
 
 from __future__ import annotations
 
+import datetime as dt
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -90,8 +91,17 @@ def zero_or_absent(allocatable: dict[str, str], resource: str) -> bool:
     return allocatable.get(resource, "0") == "0"
 
 
-def node_events(cluster: Cluster, reason: str) -> list[dict[str, Any]]:
-    return [e for e in cluster.events("default", NODE_NAME) if e.get("reason") == reason]
+def now_utc() -> str:
+    """Event timestamps' format (second precision), one second back: events of this test only."""
+    return (dt.datetime.now(dt.UTC) - dt.timedelta(seconds=1)).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def node_events(cluster: Cluster, reason: str, since: str) -> list[dict[str, Any]]:
+    return [
+        e
+        for e in cluster.events("default", NODE_NAME)
+        if e.get("reason") == reason and str(e.get("lastTimestamp") or e.get("eventTime") or "") >= since
+    ]
 
 
 def wait_spec_layout(cluster: Cluster) -> None:
@@ -106,6 +116,7 @@ def test_relabel_to_all_1g_10gb_repartitions_and_a_pod_gets_a_new_slice(
     start(rig, start_agent, agent_config(tmp_path))
     wait_spec_layout(cluster)
     assert labels(cluster).get("nvidia.com/mig-3g.40gb.count") == "1"
+    since = now_utc()
     t0 = relabel(rig, "all-1g.10gb")
     seen: dict[str, float] = {}
 
@@ -134,7 +145,9 @@ def test_relabel_to_all_1g_10gb_repartitions_and_a_pod_gets_a_new_slice(
             ls.get("nvidia.com/mig-1g.10gb.count") == "14" and "nvidia.com/mig-3g.40gb.count" not in ls
         ),
     )
-    applied = wait_until("a MigConfigApplied event", lambda: node_events(cluster, "MigConfigApplied"), 30)
+    applied = wait_until(
+        "a MigConfigApplied event", lambda: node_events(cluster, "MigConfigApplied", since), 30
+    )
     assert "all-1g.10gb" in applied[0]["message"] and applied[0]["type"] == "Normal"
 
     ns = cluster.namespace("mig")
@@ -151,9 +164,10 @@ def test_an_invalid_config_fails_with_the_reason_and_keeps_the_old_layout(
     mig_file.write_text(MIG_FILE)
     start(rig, start_agent, agent_config(tmp_path, str(mig_file)))
     wait_spec_layout(cluster)
+    since = now_utc()
     relabel(rig, "four-2g")
     wait_until("state failed", lambda: labels(cluster).get(STATE_LABEL), 30, accept=lambda s: s == "failed")
-    failed = wait_until("a MigConfigFailed event", lambda: node_events(cluster, "MigConfigFailed"), 30)
+    failed = wait_until("a MigConfigFailed event", lambda: node_events(cluster, "MigConfigFailed", since), 30)
     assert failed[0]["type"] == "Warning"
     assert "four-2g" in failed[0]["message"] and "at most 3" in failed[0]["message"], failed[0]["message"]
     time.sleep(2)  # nothing is applied later either
@@ -170,9 +184,12 @@ def test_a_pod_on_an_affected_gpu_holds_the_change_pending_until_it_ends(
     ns = cluster.namespace("mig")
     cluster.apply(in_ns(pod("holder", resources={ONE_G: 1}), ns))
     cluster.wait_running(ns, "holder")
+    since = now_utc()
     relabel(rig, "all-1g.10gb")
     wait_until("state pending", lambda: labels(cluster).get(STATE_LABEL), 30, accept=lambda s: s == "pending")
-    pending = wait_until("a MigConfigPending event", lambda: node_events(cluster, "MigConfigPending"), 30)
+    pending = wait_until(
+        "a MigConfigPending event", lambda: node_events(cluster, "MigConfigPending", since), 30
+    )
     assert f"{ns}/holder" in pending[0]["message"], pending[0]["message"]
     time.sleep(3)  # it waits: no drain
     assert labels(cluster).get(STATE_LABEL) == "pending"
