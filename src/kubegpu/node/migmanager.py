@@ -117,6 +117,7 @@ class MigManager:
         self._settled: tuple[str, tuple[object, ...] | None] | None = None  # (label, file identity)
         self._state_written: MigConfigState | None = None
         self._pending_since: float | None = None
+        self._pending_for: str | None = None  # the label value _pending_since is about
         self._pending_told: tuple[str, tuple[tuple[str, str], ...]] | None = None
         self._node_uid: str | None = None
         self._backoff = Backoff(initial_s=0.5, max_s=30.0)
@@ -208,8 +209,8 @@ class MigManager:
                 self._event("Normal", "MigConfigApplied", message)
             log.info("MIG config already in place", extra={"node": self._name, "config": wanted})
             return MigOutcome(config=wanted, state=MigConfigState.SUCCESS, message=message)
-        if self._pending_since is None:
-            self._pending_since = self._clock()
+        if self._pending_since is None or self._pending_for != wanted:
+            self._pending_since, self._pending_for = self._clock(), wanted
         self._write_state(MigConfigState.PENDING)
         try:
             holders = self._holders()
