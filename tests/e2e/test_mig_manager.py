@@ -149,6 +149,14 @@ def test_relabel_to_all_1g_10gb_repartitions_and_a_pod_gets_a_new_slice(
         "a MigConfigApplied event", lambda: node_events(cluster, "MigConfigApplied", since), 30
     )
     assert "all-1g.10gb" in applied[0]["message"] and applied[0]["type"] == "Normal"
+    cap = cluster.node_resources()[0]
+    say(
+        request.config,
+        "[e2e] event: "
+        + applied[0]["message"][-40:]
+        + "; old resources capacity/allocatable: "
+        + ", ".join(f"{r} {cap.get(r, '-')}/{a.get(r, '-')}" for r in OLD),
+    )
 
     ns = cluster.namespace("mig")
     cluster.apply(in_ns(pod("slice", resources={ONE_G: 1}), ns))
