@@ -34,6 +34,10 @@
     keeps its Node's GPU labels and quarantines the node on a fatal GPU failure (``kubegpu.node``,
     docs/node.md); without them both are off, with one log line, and the agent works as before.
     The quarantine an earlier run left on the Node is read back before health events flow.
+14. with ``kubegpu.migManager.enabled`` (and the same node name and API access) the MIG manager
+    (``kubegpu.node.migmanager``) follows the node label ``nvidia.com/mig.config``; a repartition it
+    applies is served through ``reload(node=...)``, the same all-or-nothing swap as a config reload,
+    so the new MIG resources reach kubelet without a restart (docs/mig.md, "The MIG manager").
 
 The plugin directory is made absolute once, when the agent is built (gRPC's ``unix://`` needs it).
 """
@@ -66,6 +70,7 @@ from kubegpu.echo import clip
 from kubegpu.errors import InputError, KubegpuError, RegistrationFailed, SourceError, UnknownGpuError
 from kubegpu.health.tracker import HealthTracker
 from kubegpu.model.event import GpuEvent
+from kubegpu.model.migplan import MigBackend
 from kubegpu.model.node import Node
 from kubegpu.node.labels import DriverVersions, LabelInputs, MigMode, SharingMode, node_labels
 from kubegpu.podresources.client import DEFAULT_POD_RESOURCES_SOCKET
@@ -75,6 +80,8 @@ from kubegpu.sources.faults import FaultFileFollower
 if TYPE_CHECKING:
     from kubegpu.metrics.exporter import MetricsExporter
     from kubegpu.node.hygiene import NodeHygiene
+    from kubegpu.node.migmanager import MigManager
+    from kubegpu.sources.migsim import SimulatedMigBackend
     from kubegpu.sources.nvml import NvmlSource
 
 __all__ = ["DEFAULT_DEVICE_PLUGIN_DIR", "Agent", "AgentOptions", "label_inputs", "labels_for"]
@@ -157,6 +164,8 @@ class Agent:
         self._probes: ProbeServer | None = None
         self._metrics: MetricsExporter | None = None
         self._hygiene: NodeHygiene | None = None
+        self._mig: MigManager | None = None
+        self._reload_lock = threading.Lock()  # a config reload and a MIG repartition never interleave
         self._label_timestamp = int(time.time())  # GFD's gfd.timestamp: once per (re)start
         self._driver: DriverVersions | None = None
 
@@ -284,6 +293,7 @@ class Agent:
                 raise
             self._init_failed(exc)
             node = Node(name=os.uname().nodename, gpus=(), topology=None)
+        node = self._restore_mig_layout(node, config)
         inventory = build_inventory(node, config)
         tracker = self._tracker(node, config)
         fault_file = self.options.fault_file
@@ -333,6 +343,7 @@ class Agent:
             },
         )
         self._start_hygiene()
+        self._follow_mig_settings(config)
         if self.options.fault_file is not None:
             self._fault_follower = FaultFileFollower(self.options.fault_file, self.apply_event)
             self._fault_follower.start()
@@ -405,6 +416,93 @@ class Agent:
             "node labels and quarantine on",
             extra={"node": name, "labels": config.node_labels, "quarantine": config.quarantine.enabled},
         )
+
+    # -- the MIG manager (kubegpu.node.migmanager) ------------------------------------------------
+
+    def _simulated_mig_backend(self, config: AgentConfig) -> SimulatedMigBackend:
+        from kubegpu.sources.migsim import SimulatedMigBackend
+
+        state = config.mig_manager.state_file
+        return SimulatedMigBackend(Path(state) if state else None)
+
+    def _restore_mig_layout(self, node: Node, config: AgentConfig) -> Node:
+        """Simulated GPUs with the MIG manager's state file: the layout applied before a restart."""
+        if not config.mig_manager.enabled or self.options.use_nvml or not config.mig_manager.state_file:
+            return node
+        return self._simulated_mig_backend(config).restore(node)
+
+    def _follow_mig_settings(self, config: AgentConfig) -> None:
+        """Start, re-configure or stop the MIG manager as ``kubegpu.migManager`` says."""
+        settings = config.mig_manager
+        if self._mig is not None:
+            if settings.enabled:
+                self._mig.set_settings(settings)
+            else:
+                self._mig.stop()
+                self._mig = None
+                log.info("MIG manager off (kubegpu.migManager.enabled: false)")
+            return
+        node = self.node
+        if not settings.enabled or node is None or not node.gpus:
+            return
+        name = self.options.node_name
+        if not name:
+            log.warning("MIG manager off: no node name (give --node-name or NODE_NAME)")
+            return
+        from kubegpu.kubeapi import KubeApi
+        from kubegpu.node.migmanager import MigManager
+        from kubegpu.podresources.client import PodResourcesClient
+
+        try:
+            api = KubeApi(kubeconfig=self.options.kubeconfig)
+        except KubegpuError as exc:
+            log.warning("MIG manager off: no API server access", extra={"error": str(exc)})
+            return
+        backend: MigBackend
+        device_ids: dict[int, int] | None = None
+        if self._nvml_source is not None:
+            from kubegpu.sources.nvmlmig import NvmlMigBackend
+
+            backend = NvmlMigBackend(self._nvml_source)
+            device_ids = self._nvml_source.device_ids()
+        else:
+            backend = self._simulated_mig_backend(config)
+        pods = PodResourcesClient(
+            Path(config.pod_resources_socket or DEFAULT_POD_RESOURCES_SOCKET), wanted=self._served
+        )
+
+        def current_node() -> Node:
+            assert self.node is not None
+            return self.node
+
+        self._mig = MigManager(
+            api,
+            node_name=name,
+            settings=settings,
+            backend=backend,
+            node=current_node,
+            index_of=lambda: self._aliases(current_node()),
+            holders=pods.holders,
+            on_applied=lambda new: self.reload(node=new),
+            can_serve=self._can_serve,
+            device_ids=device_ids,
+        )
+        self._mig.start()
+        log.info(
+            "MIG manager on",
+            extra={"node": name, "configFile": settings.config_file, "drain": settings.drain},
+        )
+
+    def _can_serve(self, node: Node) -> str | None:
+        """Why the running config could not advertise ``node`` (checked before a repartition), or None."""
+        config = self.config
+        if config is None:
+            return "the agent has no config yet"
+        try:
+            build_inventory(node, config)
+        except KubegpuError as exc:
+            return str(exc)
+        return None
 
     def _start_nvml_watch(self) -> None:
         if self._nvml_source is not None and self._nvml_thread is None:
@@ -646,22 +744,32 @@ class Agent:
 
     # -- reload and stop --------------------------------------------------------------------------
 
-    def reload(self) -> bool:
-        """Re-read the configuration and apply it all or nothing; ``False`` (and why, logged) if not.
+    def reload(self, node: Node | None = None) -> bool:
+        """Re-read the configuration, or serve a new ``node`` (a MIG repartition) with the running one,
+        all or nothing; ``False`` (and why, logged) if not.
 
         Servers whose resource (name, devices, options kubelet reads at registration) is unchanged
         keep serving on the same socket with their streams open; they answer with the new config from
         the next call. The others are started on fresh sockets *first*; only when all of them serve
-        does the agent switch to them and stop the servers they replace.
+        does the agent switch to them and stop the servers they replace (kubelet then reports the
+        resources of stopped servers with no allocatable devices). With a new node the health
+        tracker's and the quarantine's UUID maps, the simulated nvidia-smi and the labels follow it.
         """
+        with self._reload_lock:
+            return self._reload(node)
+
+    def _reload(self, new_node: Node | None) -> bool:
         assert self.node is not None and self.tracker is not None
         if self._stop.is_set():
             return False
+        node = new_node if new_node is not None else self.node
         try:
-            config = self._load_config()
-            inventory = build_inventory(self.node, config)
+            config = self._load_config() if new_node is None else self.config
+            assert config is not None
+            inventory = build_inventory(node, config)
         except KubegpuError as exc:
-            log.error("config reload rejected; keeping the running config", extra={"error": str(exc)})
+            what = "config reload" if new_node is None else "the repartitioned node"
+            log.error(f"{what} rejected; keeping the running config", extra={"error": str(exc)})
             return False
         tracker = self.tracker
         with self._lock:
@@ -697,7 +805,9 @@ class Agent:
                 self._discard(fresh.values())
                 return False
             tracker.set_policy(config.health)
-            self.config, self.inventory = config, inventory
+            if new_node is not None:
+                tracker.set_aliases(self._aliases(node))
+            self.node, self.config, self.inventory = node, config, inventory
             for plugin in plugins:
                 if plugin.resource.name in kept:
                     kept[plugin.resource.name].server.plugin = plugin
@@ -706,14 +816,22 @@ class Agent:
             self._slots = [kept.get(p.resource.name) or fresh[p.resource.name] for p in plugins]
         for slot in replaced:
             slot.server.stop()
+        if new_node is not None:
+            try:
+                self._install_sim_tools(node)
+            except OSError as exc:
+                log.warning("cannot rewrite the simulated nvidia-smi", extra={"error": str(exc)})
         if self._hygiene is not None:
-            labels = labels_for(self.node, config, versions=self._driver, timestamp=self._label_timestamp)
+            labels = labels_for(node, config, versions=self._driver, timestamp=self._label_timestamp)
+            self._hygiene.set_index_of(self._aliases(node))
             self._hygiene.set_labels(labels)
             self._hygiene.set_quarantine(config.quarantine)
         else:
             self._start_hygiene()
+        if new_node is None:
+            self._follow_mig_settings(config)
         log.info(
-            "config reloaded",
+            "config reloaded" if new_node is None else "repartitioned node served",
             extra={
                 "resources": [str(r.name) for r in inventory.resources],
                 "restarted": sorted(str(n) for n in fresh),
@@ -740,6 +858,8 @@ class Agent:
             self._probes.stop()
         if self._metrics is not None:
             self._metrics.stop()
+        if self._mig is not None:
+            self._mig.stop()
         if self._hygiene is not None:
             self._hygiene.stop()
         if self.tracker is not None:

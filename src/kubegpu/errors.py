@@ -16,6 +16,7 @@ single line on stderr and the exit code the class carries; anything else reachin
     ├── DeviceRequestError        exit 1  kubelet asked the device plugin for something it refuses
     │                                     (``problem``: a ``DeviceRequestProblem``)
     ├── MigLayoutError            exit 1  a MIG layout breaks the placement rules
+    ├── MigApplyError             exit 1  the GPUs refused a MIG layout (NVML, the simulated state file)
     ├── RegistrationFailed        exit 1  kubelet is unreachable, silent, or refused a registration
     ├── SourceError               exit 1  a GPU source (NVML, the host) cannot be read
     ├── UnknownGpuError           exit 1  a health event names a GPU this node does not have
@@ -44,6 +45,7 @@ __all__ = [
     "DeviceRequestProblem",
     "InputError",
     "KubegpuError",
+    "MigApplyError",
     "MigLayoutError",
     "PodResourcesUnavailable",
     "ProbeFailed",
@@ -111,6 +113,10 @@ class DeviceRequestError(KubegpuError):
 
 class MigLayoutError(KubegpuError):
     """A MIG layout breaks the placement rules; the message says which profile and why."""
+
+
+class MigApplyError(KubegpuError):
+    """Applying a valid MIG layout failed on the GPUs; the message names the GPU and the step."""
 
 
 class RegistrationFailed(KubegpuError):

@@ -10,7 +10,8 @@ the quarantine, never turned into a delete). Failures raise ``ApiServerError`` w
 
 Field managers: everything kubegpu writes carries a manager name starting with ``kubegpu``:
 ``kubegpu`` for the node labels (server-side apply of the whole label set), ``kubegpu-quarantine`` for
-the quarantine's condition and taint. Two managers, because a server-side apply removes every field
+the quarantine's condition and taint, ``kubegpu-mig-manager`` for the MIG manager's
+``nvidia.com/mig.config.state`` label. Separate managers, because a server-side apply removes every field
 its manager applied before and does not apply now: the label writer and the quarantine must not remove
 each other's fields.
 """
@@ -32,6 +33,7 @@ from kubegpu.errors import ApiServerError
 __all__ = [
     "DRA_FIELD_MANAGER",
     "FIELD_MANAGER",
+    "MIG_FIELD_MANAGER",
     "QUARANTINE_FIELD_MANAGER",
     "ApiObject",
     "KubeApi",
@@ -42,6 +44,7 @@ ApiObject = dict[str, Any]
 FIELD_MANAGER = "kubegpu"
 DRA_FIELD_MANAGER = "kubegpu-dra"
 QUARANTINE_FIELD_MANAGER = "kubegpu-quarantine"
+MIG_FIELD_MANAGER = "kubegpu-mig-manager"
 REQUEST_TIMEOUT_S = (3.0, 10.0)  # connect, read
 QUICK_TIMEOUT_S = (1.0, 3.0)
 RETRIES = 3  # attempts of an idempotent call
@@ -199,6 +202,13 @@ class KubeApi:
             "metadata": {"name": name, "namespace": namespace},
         }
         self.request("POST", path, body=body, query={"fieldManager": QUARANTINE_FIELD_MANAGER})
+
+    # -- events ------------------------------------------------------------------------------------
+
+    def create_event(self, namespace: str, event: ApiObject) -> ApiObject | None:
+        """Create a core/v1 Event (tried once: an event is worth less than a retry loop)."""
+        path = f"/api/v1/namespaces/{quote(namespace, safe='')}/events"
+        return self.request("POST", path, body=event, query={"fieldManager": MIG_FIELD_MANAGER})
 
     # -- leases ------------------------------------------------------------------------------------
 

@@ -44,6 +44,8 @@ CASES = [
     ("node/lease.py", "import rich", {"R4"}),
     ("dra/driver.py", "import kubegpu.agent", {"R3"}),  # the two node daemons are siblings
     ("model/dra.py", "import kubegpu.dra.checkpoint", {"R1", "R2", "R3"}),
+    ("sources/nvmlmig.py", "import pynvml", {"R5"}),  # the MIG backend goes through NvmlSource's module
+    ("node/migmanager.py", "import kubegpu.agent", {"R3"}),  # the agent composes; the manager calls back
 ]
 
 

@@ -53,6 +53,7 @@ from kubegpu.health.policy import EccAction, HealthPolicy, WatcherFailureAction
 from kubegpu.health.quarantine import EvictionPolicy, QuarantinePolicy, QuarantineSettings, TaintEffect
 from kubegpu.health.xid import DEFAULT_IGNORED_XIDS, XidPolicy
 from kubegpu.model.dra import DraGpus
+from kubegpu.model.migplan import MigManagerSettings
 
 __all__ = [
     "CLI_FLAGS",
@@ -123,6 +124,7 @@ class Sharing:
 
 MAX_REPLICAS = 1024  # replicas per GPU; each is a device kubelet lists, so the bound keeps that finite
 _KUBEGPU_HEALTH = {"disabled", "ignoredXids", "fatalXids", "ecc", "watcherFailure", "recoverAfter"}
+_KUBEGPU_MIG_MANAGER = {"enabled", "configFile", "drain", "stateFile", "recheckSeconds"}
 _KUBEGPU_QUARANTINE = {
     "enabled",
     "taintKey",
@@ -691,6 +693,26 @@ def _parse_quarantine(where: str, value: object) -> QuarantineSettings:
     )
 
 
+def _parse_mig_manager(where: str, value: object) -> MigManagerSettings:
+    """``kubegpu.migManager``: repartition the GPUs by the node label nvidia.com/mig.config (docs/mig.md)."""
+    raw = _mapping(where, value)
+    _check_keys(where, raw, _KUBEGPU_MIG_MANAGER, strict=True)
+    base = MigManagerSettings()
+    source = _str(f"{where}.configFile", raw.get("configFile", base.config_file))
+    if not source.strip():
+        raise ConfigError(f"{where}.configFile: give a mig-parted file (or builtin:mig-parted-default)")
+    recheck = raw.get("recheckSeconds", base.recheck_s)
+    if isinstance(recheck, bool) or not isinstance(recheck, int | float) or not 0.1 <= recheck <= 3600:
+        raise ConfigError(f"{where}.recheckSeconds: {shorten(recheck)} must be 0.1 to 3600 seconds")
+    return MigManagerSettings(
+        enabled=_bool(f"{where}.enabled", raw.get("enabled", base.enabled)),
+        config_file=source,
+        drain=_bool(f"{where}.drain", raw.get("drain", base.drain)),
+        state_file=_str(f"{where}.stateFile", raw.get("stateFile", base.state_file) or ""),
+        recheck_s=float(recheck),
+    )
+
+
 def _lease(where: str, value: object) -> str:
     text = _str(where, value)
     ns, sep, name = text.partition("/")
@@ -969,6 +991,13 @@ _QUARANTINE = Setting[QuarantineSettings](
     file_keys=("kubegpu.quarantine",),
     env=(EnvVar("KUBEGPU_QUARANTINE_LEASE", apply=_quarantine_lease_env),),
 )
+_MIG_MANAGER = Setting[MigManagerSettings](
+    name="mig_manager",
+    parse=_parse_mig_manager,
+    default=MigManagerSettings(),
+    help="Repartition MIG GPUs by the node label nvidia.com/mig.config (needs --node-name and API access).",
+    file_keys=("kubegpu.migManager",),
+)
 
 SETTINGS: tuple[Setting[Any], ...] = (
     _MIG_STRATEGY,
@@ -993,6 +1022,7 @@ SETTINGS: tuple[Setting[Any], ...] = (
     _NODE_LABELS,
     _QUARANTINE,
     _DRA_GPUS,
+    _MIG_MANAGER,
 )
 ENV_VARS: tuple[str, ...] = tuple(sorted({e.name for s in SETTINGS for e in s.env}))
 CLI_FLAGS: Mapping[str, str] = {s.name: s.flag for s in SETTINGS if s.flag}
@@ -1028,6 +1058,7 @@ class AgentConfig:
     node_labels: bool = _NODE_LABELS.default
     quarantine: QuarantineSettings = _QUARANTINE.default
     dra_gpus: DraGpus = _DRA_GPUS.default
+    mig_manager: MigManagerSettings = _MIG_MANAGER.default
     sharing: Sharing | None = None
     source_file: str | None = None
     warnings: tuple[str, ...] = ()

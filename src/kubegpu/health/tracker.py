@@ -84,6 +84,11 @@ class HealthTracker:
         with self._cond:
             self._policy = policy
 
+    def set_aliases(self, aliases: dict[str, int]) -> None:
+        """New UUID -> GPU index map (a MIG repartition replaced the MIG UUIDs); health is kept per GPU."""
+        with self._cond:
+            self._aliases = {k.lower(): v for k, v in aliases.items()}
+
     def resolve(self, gpu: GpuRef) -> int:
         """The index of the GPU named by index or UUID; raises ``UnknownGpuError``."""
         if isinstance(gpu, int):

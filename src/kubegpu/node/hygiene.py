@@ -27,7 +27,6 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 
 from kubegpu.backoff import Backoff, describe
 from kubegpu.errors import ApiServerError, KubegpuError
@@ -35,6 +34,7 @@ from kubegpu.health.quarantine import EvictionPolicy, QuarantineSettings
 from kubegpu.health.tracker import HealthTracker
 from kubegpu.kubeapi import FIELD_MANAGER, QUARANTINE_FIELD_MANAGER, KubeApi
 from kubegpu.model.holder import DeviceHolder
+from kubegpu.node.eviction import PodEvictor
 from kubegpu.node.lease import QuarantineLease
 from kubegpu.node.quarantine import (
     CONDITION_TYPE,
@@ -51,13 +51,6 @@ __all__ = ["CAPPED_RETRY_S", "NodeHygiene"]
 log = logging.getLogger(__name__)
 
 CAPPED_RETRY_S = 30.0  # a node the fleet cap refused asks the Lease again this often
-
-
-@dataclass(kw_only=True)
-class _Eviction:
-    next_at: float = 0.0
-    backoff: Backoff = field(default_factory=lambda: Backoff(initial_s=1.0, max_s=30.0))
-    done: bool = False
 
 
 class NodeHygiene:
@@ -92,7 +85,7 @@ class NodeHygiene:
         self._applied: tuple[object, ...] | None = None  # the quarantine state last written
         self._retry_at = 0.0
         self._backoff = Backoff(initial_s=0.5, max_s=30.0)
-        self._evictions: dict[tuple[str, str], _Eviction] = {}
+        self._evictor = PodEvictor(api, node_name=node_name, clock=clock)
         self._failed_since: float | None = None  # the tracker's time of the quarantine's first fault
         self._lease: QuarantineLease | None = None
         self._capped = False
@@ -118,6 +111,11 @@ class NodeHygiene:
         with self._lock:
             self._labels_wanted = dict(labels)
         self._tracker.wake()
+
+    def set_index_of(self, index_of: Mapping[str, int]) -> None:
+        """New GPU/MIG UUID -> GPU index map (a MIG repartition made new MIG UUIDs)."""
+        with self._lock:
+            self._index_of = dict(index_of)
 
     def set_quarantine(self, settings: QuarantineSettings | None) -> None:
         """New quarantine settings (a config reload); the next pass writes what follows from them."""
@@ -185,7 +183,7 @@ class NodeHygiene:
             seen = self._tracker.wait_for_change(seen, timeout)
 
     def _evictions_pending(self) -> bool:
-        return any(not e.done for e in self._evictions.values())
+        return self._evictor.pending
 
     def sync_once(self) -> None:
         """One pass: quiet-period recovery, quarantine and evictions, then labels. Each part is tried
@@ -202,7 +200,7 @@ class NodeHygiene:
                 if failed and not self._capped:
                     self._evict(q, failed)
                 elif not failed:
-                    self._evictions.clear()
+                    self._evictor.clear()
             except KubegpuError as exc:
                 failure = exc
         try:
@@ -340,36 +338,11 @@ class NodeHygiene:
             self._holders_error = str(exc)
             return
         self._holders_error = None
-        targets = eviction_targets(holders, [f.index for f in failed], self._index_of, q.eviction)
-        for key in list(self._evictions):
-            if key not in targets:
-                del self._evictions[key]  # gone from kubelet's list: evicted and stopped
+        with self._lock:
+            index_of = self._index_of
+        targets = eviction_targets(holders, [f.index for f in failed], index_of, q.eviction)
         now = self._clock()
-        for ns, pod in targets:
-            ev = self._evictions.setdefault((ns, pod), _Eviction())
-            if ev.done or now < ev.next_at:
-                continue
-            obj = self._api.get_pod(ns, pod)
-            if (
-                obj is None
-                or obj.get("metadata", {}).get("deletionTimestamp")
-                or (obj.get("spec", {}).get("nodeName") not in (None, self._node))
-            ):
-                ev.done = True
-                continue
-            try:
-                self._api.evict(ns, pod)
-            except ApiServerError as exc:
-                delay = ev.backoff.failed()
-                ev.next_at = now + delay
-                what = (
-                    "eviction refused (PodDisruptionBudget); retrying"
-                    if exc.status == 429
-                    else ("eviction failed; retrying")
-                )
-                log.warning(what, extra={"pod": f"{ns}/{pod}", "error": str(exc)[:300], "retry_in_s": delay})
-                continue
-            ev.done = True
+        for ns, pod in self._evictor.evict(targets):
             since = None if self._failed_since is None else round(now - self._failed_since, 3)
             log.warning(
                 "pod evicted",

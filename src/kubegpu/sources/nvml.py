@@ -27,9 +27,10 @@ from types import ModuleType
 from typing import Any
 
 from kubegpu.backoff import Backoff, describe
-from kubegpu.errors import SourceError
+from kubegpu.errors import KubegpuError, SourceError
 from kubegpu.model.event import GpuEvent, GpuEventKind
 from kubegpu.model.gpu import CATALOGUE, GpuModel
+from kubegpu.model.mig import profiles as mig_profiles
 from kubegpu.model.node import Gpu, GpuUuid, MigInstance, Node
 from kubegpu.model.sample import GpuSample, MemoryUse
 from kubegpu.model.topology import Link, LinkKind, Topology
@@ -239,6 +240,27 @@ class NvmlSource:
             raise SourceError(f"NVML is not available: {explain(exc)}") from exc
         return cls(module, sysfs=sysfs)
 
+    @property
+    def module(self) -> ModuleType | Any:
+        """The NVML module in use (``pynvml``, or a test's fake): for the MIG backend (``nvmlmig``)."""
+        return self._nvml
+
+    def handle(self, index: int) -> Any:
+        """The NVML handle of GPU ``index`` (``SourceError`` when NVML cannot give it)."""
+        return self._call(f"handle of GPU {index}", self._nvml.nvmlDeviceGetHandleByIndex, index)
+
+    def device_ids(self) -> dict[int, int]:
+        """GPU index -> PCI device ID (``0xDDDDVVVV``, mig-parted's device filters); GPUs whose PCI info
+        NVML does not give are left out (mig-parted configs then match them by model)."""
+        nv = self._nvml
+        ids: dict[int, int] = {}
+        for i in range(int(self._call("device count", nv.nvmlDeviceGetCount))):
+            try:
+                ids[i] = int(nv.nvmlDeviceGetPciInfo(nv.nvmlDeviceGetHandleByIndex(i)).pciDeviceId)
+            except (nv.NVMLError, AttributeError, TypeError, ValueError) as exc:
+                log.info("no PCI device ID from NVML", extra={"gpu": i, "error": str(exc)})
+        return ids
+
     def close(self) -> None:
         try:
             self._nvml.nvmlShutdown()
@@ -268,7 +290,24 @@ class NvmlSource:
             return driver, None
         return driver, f"{cuda_int // 1000}.{(cuda_int % 1000) // 10}"
 
-    def _mig_instances(self, handle: Any) -> tuple[bool, tuple[MigInstance, ...]]:
+    @staticmethod
+    def _profile_name(model: str, slices: int, memory_mb: int, gi_profile_id: int | None) -> str:
+        """The catalogue name of a MIG instance: by NVML's GPU-instance profile ID when known (exact,
+        ``+me`` included), else the profile of that slice count nearest in memory (``7g.80gb`` reports
+        79.25 GiB); ``<slices>g.<GiB>gb`` for models without MIG profiles in the catalogue."""
+        try:
+            known = [p for p in mig_profiles(model) if p.compute_slices == slices]
+        except KubegpuError:
+            known = []
+        exact = [p for p in known if p.gi_profile_id == gi_profile_id]
+        if exact:
+            return exact[0].name
+        plain = [p for p in known if not p.media_extensions]
+        if plain:
+            return min(plain, key=lambda p: abs(p.memory_gb * 1024 - memory_mb)).name
+        return f"{slices}g.{round(memory_mb / 1024)}gb"
+
+    def _mig_instances(self, handle: Any, model: str = "") -> tuple[bool, tuple[MigInstance, ...]]:
         nv = self._nvml
         try:
             current, _pending = nv.nvmlDeviceGetMigMode(handle)
@@ -284,14 +323,16 @@ class NvmlSource:
                 continue
             attrs = self._call("MIG attributes", nv.nvmlDeviceGetAttributes, mig)
             gi_id = int(self._call("GPU instance id", nv.nvmlDeviceGetGpuInstanceId, mig))
-            memory_gb = round(attrs.memorySizeMB / 1024)
-            profile = f"{attrs.gpuInstanceSliceCount}g.{memory_gb}gb"
-            start = 0
+            start, gi_profile = 0, None
             try:
                 gi = nv.nvmlDeviceGetGpuInstanceById(handle, gi_id)
-                start = int(nv.nvmlGpuInstanceGetInfo(gi).placement.start)
-            except (nv.NVMLError, AttributeError):
+                info = nv.nvmlGpuInstanceGetInfo(gi)
+                start = int(info.placement.start)
+                gi_profile = int(info.profileId)
+            except (nv.NVMLError, AttributeError, TypeError, ValueError):
                 pass
+            slices, memory_mb = int(attrs.gpuInstanceSliceCount), int(attrs.memorySizeMB)
+            profile = self._profile_name(model, slices, memory_mb, gi_profile)
             uuid = GpuUuid(_text(self._call("MIG UUID", nv.nvmlDeviceGetUUID, mig)))
             instances.append(MigInstance(profile=profile, start_slot=start, uuid=uuid, gi_index=gi_id))
         return True, tuple(instances)
@@ -306,8 +347,8 @@ class NvmlSource:
             handle = self._call(f"handle of GPU {i}", nv.nvmlDeviceGetHandleByIndex, i)
             self._handles.append(handle)
             bus = _text(self._call("PCI info", nv.nvmlDeviceGetPciInfo, handle).busId)
-            mig_enabled, instances = self._mig_instances(handle)
             model_name, model = _catalogue(_text(self._call("name", nv.nvmlDeviceGetName, handle)))
+            mig_enabled, instances = self._mig_instances(handle, model_name)
             if model is not None:
                 self._model = model
             gpus.append(

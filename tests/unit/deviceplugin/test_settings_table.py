@@ -58,7 +58,7 @@ SAMPLES: dict[str, tuple[str, object, str, object]] = {
 }
 # Settings whose value is a whole section; their sources are tested in test_config.py (health) and
 # tests/unit/node/test_quarantine_settings.py (quarantine).
-SECTIONS = {"health", "quarantine"}
+SECTIONS = {"health", "quarantine", "mig_manager"}
 BY_NAME = {s.name: s for s in SETTINGS}
 
 

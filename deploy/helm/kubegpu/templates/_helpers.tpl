@@ -30,10 +30,15 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 
 {{/* The agent talks to the API server (node labels or quarantine on). */}}
 {{- define "kubegpu.usesApi" -}}
-{{- if or .Values.node.labels .Values.quarantine.enabled }}true{{ end }}
+{{- if or .Values.node.labels .Values.quarantine.enabled .Values.migManager.enabled }}true{{ end }}
 {{- end }}
 
 {{/* The Lease that counts quarantined nodes fleet-wide. */}}
 {{- define "kubegpu.quarantineLease" -}}
 {{- include "kubegpu.fullname" . }}-quarantine
+{{- end }}
+
+{{/* kubelet's PodResources socket is read (metrics' pod labels, the quarantine's and the MIG manager's pods). */}}
+{{- define "kubegpu.podResources" -}}
+{{- if or .Values.metrics.enabled .Values.quarantine.enabled .Values.migManager.enabled }}true{{ end }}
 {{- end }}
