@@ -64,11 +64,13 @@ def start_dra(rig: Rig, cluster: Cluster, tmp_path: Path) -> Iterator[StartDra]:
     faults = tmp_path / "faults.jsonl"
     faults.write_text("")
 
-    def start(*extra: str, spec: str = SEED, devices: int = 8) -> DraProcess:
+    def start(
+        *extra: str, spec: str = SEED, devices: int = 8, cdi_dir: Path = CDI_SPEC_DIRS[-1]
+    ) -> DraProcess:
         argv = kubegpu_argv(
             "dra", "serve", "--node-spec", spec, "--node-name", NODE_NAME,
             "--kubeconfig", str(rig.paths.kubeconfig), "--kubelet-dir", str(KUBELET_ROOT),
-            "--cdi-dir", str(CDI_SPEC_DIRS[-1]), "--simulated-nvidia-smi", "--resync", "2",
+            "--cdi-dir", str(cdi_dir), "--simulated-nvidia-smi", "--resync", "2",
             "--fault-file", str(faults), *extra,
         )  # fmt: skip
         log_path = tmp_path / f"dra-{len(started)}.log"
@@ -331,3 +333,18 @@ def test_topology_order_places_a_claim_that_stock_index_order_strands(
     cluster.wait_running(ns, "d", timeout_s=120)
     d = {int(x.removeprefix("gpu-")) for x in allocated(cluster, ns, "d")}
     assert d in GROUPS and d != group_b
+
+
+def test_a_claim_the_driver_cannot_prepare_says_why_in_the_pods_events(
+    cluster: Cluster, rig: Rig, start_dra: StartDra, tmp_path: Path
+) -> None:
+    blocker = tmp_path / "not-a-directory"
+    blocker.write_text("")
+    start_dra(cdi_dir=blocker / "cdi")  # every CDI spec write fails: a per-claim error, not an RPC error
+    ns = cluster.namespace("dra-fail")
+    cluster.apply(in_ns(claim("one", 1, clique=False), ns))
+    cluster.apply(in_ns(claim_pod("one", "one"), ns))
+    message = cluster.wait_event(ns, "one", "FailedPrepareDynamicResources", "cannot write its CDI spec", 90)
+    assert f"ResourceClaim {ns}/one" in message
+    claims = doctor_claims(rig, ns, "one")
+    assert "could not prepare it" in claims["summary"] and "cannot write its CDI spec" in claims["summary"]

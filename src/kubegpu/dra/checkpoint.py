@@ -11,6 +11,7 @@ claim named ``kubegpu.io-gpu_<claim uid>.json`` as the CDI library names transie
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -159,7 +160,8 @@ class CdiStore:
         return path
 
     def remove(self, claim_uid: str) -> None:
-        self.path(claim_uid).unlink(missing_ok=True)
+        with contextlib.suppress(NotADirectoryError):  # the directory is not one: no spec to remove
+            self.path(claim_uid).unlink(missing_ok=True)
 
     def present(self, claim_uid: str) -> bool:
         return self.path(claim_uid).exists()

@@ -118,7 +118,13 @@ class DraDriver:
         done = self._checkpoint.claims.get(ref.uid)
         if done is not None:
             if done.cdi_spec is not None and not self._cdi.present(ref.uid):
-                self._cdi.write(ref.uid, done.cdi_spec)
+                try:
+                    self._cdi.write(ref.uid, done.cdi_spec)
+                except OSError as exc:
+                    raise ClaimError(
+                        f"ResourceClaim {ref}: cannot rewrite its CDI spec in {self._cdi.directory}: "
+                        f"{exc.strerror or exc}"
+                    ) from exc
             return done.devices
         try:
             claim = self._claims.get_resource_claim(ref.namespace, ref.name)
@@ -175,11 +181,20 @@ class DraDriver:
                 )
             )
         devices = tuple(prepared)
-        if spec is not None:
-            self._cdi.write(ref.uid, spec)
-        self._checkpoint.add(
-            PreparedClaim(uid=ref.uid, namespace=ref.namespace, name=ref.name, devices=devices, cdi_spec=spec)
-        )
+        try:
+            if spec is not None:
+                self._cdi.write(ref.uid, spec)
+            self._checkpoint.add(
+                PreparedClaim(
+                    uid=ref.uid, namespace=ref.namespace, name=ref.name, devices=devices, cdi_spec=spec
+                )
+            )
+        except OSError as exc:
+            self._cdi.remove(ref.uid)  # nothing half-prepared: kubelet asks again
+            raise ClaimError(
+                f"ResourceClaim {ref}: cannot write its CDI spec or checkpoint "
+                f"({exc.filename or self._cdi.directory}): {exc.strerror or exc}"
+            ) from exc
         log.info(
             "claim prepared",
             extra={"claim": str(ref), "uid": ref.uid, "devices": [d.device for d in devices]},

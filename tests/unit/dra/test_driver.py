@@ -173,3 +173,22 @@ def test_a_device_that_left_the_slice_is_refused_for_new_claims(tmp_path: Path, 
     driver.set_devices([d for d in dra_devices(node) if d.name != "gpu-3"])
     ref = claims.add("x", "uid-1", [result("gpu-3")])
     assert "failed a health check or was repartitioned" in driver.prepare([ref])["uid-1"].error
+
+
+def test_a_cdi_directory_that_cannot_be_written_is_a_per_claim_error(tmp_path: Path, claims: Claims) -> None:
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("")
+    node = load_node("builtin:seed-8gpu")
+    driver = DraDriver(
+        node_name=NODE,
+        devices=dra_devices(node),
+        claims=claims,
+        checkpoint=Checkpoint(tmp_path / "plugin" / "checkpoint.json"),
+        cdi=CdiStore(blocker / "cdi", kind=CDI_KIND),
+    )
+    ref = claims.add("x", "uid-1", [result("gpu-0")])
+    other = claims.add("y", "uid-2", [result("nic-0", driver="net.example.com")])  # no spec to write
+    answers = driver.prepare([ref, other])
+    assert "cannot write its CDI spec" in answers["uid-1"].error
+    assert answers["uid-2"].error == ""
+    assert "uid-1" not in driver.prepared()
