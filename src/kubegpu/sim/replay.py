@@ -20,11 +20,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from kubegpu.sim.nodescore import NodeScorer, node_scorer
 from kubegpu.sim.policy import (
     ClusterState,
     Order,
     Placement,
     PlacementPolicy,
+    ScoredPolicy,
     Selector,
     TieMode,
     best_group_cost,
@@ -33,6 +35,7 @@ from kubegpu.sim.policy import (
 )
 from kubegpu.sim.scoring import (
     MILLI,
+    SCORERS,
     BoolArray,
     FloatArray,
     IntArray,
@@ -69,12 +72,15 @@ class SeedRun:
 
 
 class _Cache:
-    __slots__ = ("gpu", "score", "stamp")
+    """One score group's scores per row and the GPU a shared pod would take; ``seen``: binds scored."""
 
-    def __init__(self, n: int) -> None:
+    __slots__ = ("gpu", "score", "scorer", "seen")
+
+    def __init__(self, n: int, scorer: NodeScorer | None) -> None:
         self.score = np.full(n, -np.inf)
         self.gpu = np.full(n, -1, dtype=np.int64)
-        self.stamp = -1
+        self.seen = -1  # how many entries of the bind log were scored; -1: nothing scored yet
+        self.scorer = scorer
 
 
 def _score_groups(shapes: tuple[PodRequest, ...]) -> tuple[list[int], list[PodRequest]]:
@@ -101,6 +107,7 @@ def _score_groups(shapes: tuple[PodRequest, ...]) -> tuple[list[int], list[PodRe
 
 
 DEDUPE_ROWS = 128  # above this many rows to rescore, identical node states are scored once
+PER_NODE_ROWS = 128  # below this many rows to rescore, rows are scored one by one in Python
 
 
 def _rescore(
@@ -181,12 +188,20 @@ def replay(
         tie_rng=seed_stream(seed, STREAM_TIES),
         policy_rng=seed_stream(seed, STREAM_RANDOM),
     )
-    changed = np.zeros(n, dtype=np.int64)
     caches: dict[int, _Cache] = {}
     shapes = workload.shape_requests
     group_of, group_pod = _score_groups(shapes)
     shape_of = workload.pod_shape[seq]
     total_of = workload.shape_total_milli()
+    total_list = total_of.tolist()
+    rows = state.rows()
+    memory_left = rows.memory
+    frag = state.frag_table()
+    # the common case needs no call into the policy's select: highest score, first row on ties
+    plain_select = (
+        type(placer).select is ScoredPolicy.select and selector.order_key is None and tie is TieMode.NODE_ORDER
+    )
+    scorer_policy = policy if isinstance(placer, ScoredPolicy) and placer.scorer is SCORERS[policy] else None
 
     count = len(seq)
     arrived = np.cumsum(total_of[shape_of])
@@ -199,22 +214,41 @@ def replay(
     naive: list[float] = []
     alloc_milli = 0
     report_every = max(1, count // 100)
+    bound_log: list[int] = []  # the row of every bind so far, in order
 
-    for step in range(count):
-        sid = int(shape_of[step])
+    for step, sid in enumerate(shape_of.tolist()):
         pod = shapes[sid]
         gid = group_of[sid]
         cache = caches.get(gid)
         if cache is None:
-            cache = caches[gid] = _Cache(n)
-        dirty = np.flatnonzero(changed > cache.stamp) if cache.stamp >= 0 else np.arange(n)
-        if dirty.size:
-            _rescore(placer, nodes, dirty=dirty, pod=group_pod[gid], typical=typical, cache=cache)
-        cache.stamp = step
+            scorer = (
+                node_scorer(scorer_policy, group_pod[gid], rows, frag) if scorer_policy is not None else None
+            )
+            cache = caches[gid] = _Cache(n, scorer)
+        if cache.seen < 0:
+            _rescore(placer, nodes, dirty=np.arange(n), pod=group_pod[gid], typical=typical, cache=cache)
+        elif cache.seen < len(bound_log):
+            dirty_rows = set(bound_log[cache.seen :])
+            if cache.scorer is not None and len(dirty_rows) < PER_NODE_ROWS:
+                score_row, score_arr, gpu_arr = cache.scorer, cache.score, cache.gpu
+                for r in dirty_rows:
+                    score_arr[r], gpu_arr[r] = score_row(r)
+            else:
+                dirty = np.fromiter(sorted(dirty_rows), dtype=np.int64, count=len(dirty_rows))
+                _rescore(placer, nodes, dirty=dirty, pod=group_pod[gid], typical=typical, cache=cache)
+        cache.seen = len(bound_log)
         scores = cache.score
-        if pod.memory_mib:
-            scores = np.where(nodes.memory_left_mib >= pod.memory_mib, scores, -np.inf)
-        node = placer.select(scores, selector)
+        mem = pod.memory_mib
+        if plain_select:
+            node = int(scores.argmax())
+            if scores[node] == -np.inf:
+                node = -1
+            elif mem and memory_left[node] < mem:
+                node = placer.select(np.where(nodes.memory_left_mib >= mem, scores, -np.inf), selector)
+        else:
+            if mem:
+                scores = np.where(nodes.memory_left_mib >= mem, scores, -np.inf)
+            node = placer.select(scores, selector)
         if node >= 0:
             gpus = placer.gpus(state, node, pod, int(cache.gpu[node]), selector.policy_rng)
             k = pod.num_gpu
@@ -226,8 +260,8 @@ def replay(
                 first = np.flatnonzero(nodes.gpu_free_milli[node] == MILLI)[:k]
                 naive.append(topology.set_cost(tuple(int(g) for g in first)))
             state.bind(Placement(node=node, gpus=gpus, milli=pod.gpu_milli), pod)
-            changed[node] = step + 1
-            alloc_milli += int(total_of[sid])
+            bound_log.append(node)
+            alloc_milli += total_list[sid]
             placed[step] = True
             node_of[step] = perm[node]
         allocated[step] = alloc_milli
