@@ -18,7 +18,7 @@ which typical CPU requests fit, and the sorted free milli of the GPUs.
 
 from __future__ import annotations
 
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from collections.abc import Callable
 from functools import cache
 
@@ -34,7 +34,7 @@ from kubegpu.sim.scoring import (
     PodRequest,
     Policy,
     TypicalShapes,
-    _sigmoid100,  # noqa: PLC2701 - the very function the vectorised scores use, for exact steps
+    _sigmoid100,
     pod_class,
 )
 
@@ -120,19 +120,19 @@ class FragTable:
         return out
 
     def _compute(self, key: tuple[int, int, tuple[int, ...]]) -> float:
-        free = key[2]
+        free = key[2]  # sorted ascending
         idle = sum(free)
         if self._none:
             return float(idle)
+        width = len(free)
+        room = [0] * (width + 1)  # room[i]: free milli of the GPUs from the i-th smallest on
+        for i in range(width - 1, -1, -1):
+            room[i] = room[i + 1] + free[i]
         kept = 0
-        seen: dict[int, tuple[int, int]] = {}
         for milli, num, weight in self._by_fit.get(key[:2], ()):
-            got = seen.get(milli)
-            if got is None:
-                ge = [f for f in free if f >= milli]
-                got = seen[milli] = (len(ge), sum(ge))
-            if got[0] >= num:
-                kept += weight * got[1]
+            i = bisect_left(free, milli)  # GPUs i.. have at least milli free
+            if width - i >= num:
+                kept += weight * room[i]
         return (idle * self._total - kept) / self._total
 
 
@@ -160,9 +160,7 @@ def _best_fit_gpu(free: list[int], milli: int) -> int:
     return where
 
 
-def node_scorer(  # noqa: C901, PLR0915 - one closure per policy, each short
-    policy: Policy, pod: PodRequest, rows: NodeRows, frag: FragTable
-) -> NodeScorer:
+def node_scorer(policy: Policy, pod: PodRequest, rows: NodeRows, frag: FragTable) -> NodeScorer:
     """``score(row) -> (score, gpu)`` for ``pod`` under ``policy``, as ``score_nodes`` gives for that row."""
     cpu_req, mem_req, k, milli = pod.cpu_milli, pod.memory_mib, pod.num_gpu, pod.gpu_milli
     model_ok = pod.model_ok.tolist()
@@ -244,7 +242,9 @@ def node_scorer(  # noqa: C901, PLR0915 - one closure per policy, each short
             _, gpu, delta = fgd(r)
             idle = sum(free_of[r])
             cpu_left = cpu_of[r]
-            gain = delta - weight * MILLI * (stranded(idle - taken, cpu_left - cpu_req) - stranded(idle, cpu_left))
+            gain = delta - weight * MILLI * (
+                stranded(idle - taken, cpu_left - cpu_req) - stranded(idle, cpu_left)
+            )
             return float(bisect_right(steps, gain)), gpu
 
         return score_kubegpu
@@ -318,10 +318,8 @@ def node_scorer(  # noqa: C901, PLR0915 - one closure per policy, each short
             base = 25 * (MAX_SPEC_GPU_MILLI - sum(free)) // MAX_SPEC_GPU_MILLI
             counts = classes_of[r]
             present = sum(1 for c in counts if c > 0)
-            if counts[cls] > 0:
-                band = 75 if present == 1 else 50
-            else:
-                band = 25 if present == 0 else 0
+            mine = counts[cls] > 0
+            band = (75 if present == 1 else 50) if mine else (25 if present == 0 else 0)
             return float(base + band), _best_fit_gpu(free, milli) if shared else -1
 
         return score_clustering

@@ -74,13 +74,19 @@ class SeedRun:
 class _Cache:
     """One score group's scores per row and the GPU a shared pod would take; ``seen``: binds scored."""
 
-    __slots__ = ("gpu", "score", "scorer", "seen")
+    __slots__ = ("dead", "gpu", "score", "scorer", "seen")
 
     def __init__(self, n: int, scorer: NodeScorer | None) -> None:
         self.score = np.full(n, -np.inf)
         self.gpu = np.full(n, -1, dtype=np.int64)
         self.seen = -1  # how many entries of the bind log were scored; -1: nothing scored yet
         self.scorer = scorer
+        # rows where the group's pod does not fit: pods only arrive (no departures), so a node's
+        # free CPU and GPU never grow again and such a row stays -inf for the rest of the replay
+        self.dead = bytearray(n)
+
+    def mark_dead(self) -> None:
+        self.dead = bytearray((self.score == -np.inf).tobytes())
 
 
 def _score_groups(shapes: tuple[PodRequest, ...]) -> tuple[list[int], list[PodRequest]]:
@@ -108,6 +114,7 @@ def _score_groups(shapes: tuple[PodRequest, ...]) -> tuple[list[int], list[PodRe
 
 DEDUPE_ROWS = 128  # above this many rows to rescore, identical node states are scored once
 PER_NODE_ROWS = 128  # below this many rows to rescore, rows are scored one by one in Python
+NEG_INF = float("-inf")
 
 
 def _rescore(
@@ -198,9 +205,8 @@ def replay(
     memory_left = rows.memory
     frag = state.frag_table()
     # the common case needs no call into the policy's select: highest score, first row on ties
-    plain_select = (
-        type(placer).select is ScoredPolicy.select and selector.order_key is None and tie is TieMode.NODE_ORDER
-    )
+    plain_select = type(placer).select is ScoredPolicy.select
+    plain_select = plain_select and selector.order_key is None and tie is TieMode.NODE_ORDER
     scorer_policy = policy if isinstance(placer, ScoredPolicy) and placer.scorer is SCORERS[policy] else None
 
     count = len(seq)
@@ -227,15 +233,22 @@ def replay(
             cache = caches[gid] = _Cache(n, scorer)
         if cache.seen < 0:
             _rescore(placer, nodes, dirty=np.arange(n), pod=group_pod[gid], typical=typical, cache=cache)
+            cache.mark_dead()
         elif cache.seen < len(bound_log):
-            dirty_rows = set(bound_log[cache.seen :])
+            dead = cache.dead
+            dirty_rows = [r for r in set(bound_log[cache.seen :]) if not dead[r]]
             if cache.scorer is not None and len(dirty_rows) < PER_NODE_ROWS:
                 score_row, score_arr, gpu_arr = cache.scorer, cache.score, cache.gpu
                 for r in dirty_rows:
-                    score_arr[r], gpu_arr[r] = score_row(r)
-            else:
-                dirty = np.fromiter(sorted(dirty_rows), dtype=np.int64, count=len(dirty_rows))
+                    value, gpu_arr[r] = score_row(r)
+                    score_arr[r] = value
+                    if value == NEG_INF:
+                        dead[r] = 1
+            elif dirty_rows:
+                dirty_rows.sort()
+                dirty = np.fromiter(dirty_rows, dtype=np.int64, count=len(dirty_rows))
                 _rescore(placer, nodes, dirty=dirty, pod=group_pod[gid], typical=typical, cache=cache)
+                cache.mark_dead()
         cache.seen = len(bound_log)
         scores = cache.score
         mem = pod.memory_mib
