@@ -357,8 +357,8 @@ class RandomPolicy(ScoredPolicy):
         self, state: ClusterState, node: int, pod: PodRequest, hint: int, rng: np.random.Generator
     ) -> tuple[int, ...]:
         if pod.shared:
-            room = np.flatnonzero(state.nodes.gpu_free_milli[node] >= pod.gpu_milli)
-            return (int(room[rng.integers(room.size)]),)
+            room = [g for g, f in enumerate(state.nodes.gpu_free_milli[node].tolist()) if f >= pod.gpu_milli]
+            return (room[int(rng.integers(len(room)))],)
         return super().gpus(state, node, pod, hint, rng)
 
 

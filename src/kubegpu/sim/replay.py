@@ -155,6 +155,12 @@ def _rescore(
     cache.gpu[dirty] = result.gpu
 
 
+def _fits_memory(scores: FloatArray, nodes: NodeArrays, memory_mib: int) -> FloatArray:
+    """``scores`` with ``-inf`` where the node has less free memory than ``memory_mib``."""
+    out: FloatArray = np.where(nodes.memory_left_mib >= memory_mib, scores, -np.inf)
+    return out
+
+
 def initial_state(workload: Workload, rows: IntArray) -> ClusterState:
     """The empty cluster with its nodes in the order ``rows`` (indices into the node file)."""
     return ClusterState.build(
@@ -204,9 +210,11 @@ def replay(
     rows = state.rows()
     memory_left = rows.memory
     frag = state.frag_table()
-    # the common case needs no call into the policy's select: highest score, first row on ties
-    plain_select = type(placer).select is ScoredPolicy.select
-    plain_select = plain_select and selector.order_key is None and tie is TieMode.NODE_ORDER
+    # ScoredPolicy's select under node-order ties is deterministic: the winner of all rows, when the
+    # pod's memory fits there, is also the winner of the rows where it fits, so the memory mask is
+    # built only when the winner lacks memory; with no order either, the winner is the first best row
+    deterministic = type(placer).select is ScoredPolicy.select and tie is TieMode.NODE_ORDER
+    plain_select = deterministic and selector.order_key is None
     scorer_policy = policy if isinstance(placer, ScoredPolicy) and placer.scorer is SCORERS[policy] else None
 
     count = len(seq)
@@ -256,12 +264,12 @@ def replay(
             node = int(scores.argmax())
             if scores[node] == -np.inf:
                 node = -1
-            elif mem and memory_left[node] < mem:
-                node = placer.select(np.where(nodes.memory_left_mib >= mem, scores, -np.inf), selector)
         else:
-            if mem:
-                scores = np.where(nodes.memory_left_mib >= mem, scores, -np.inf)
-            node = placer.select(scores, selector)
+            node = placer.select(
+                scores if deterministic or not mem else _fits_memory(scores, nodes, mem), selector
+            )
+        if mem and node >= 0 and memory_left[node] < mem:  # only after a deterministic select
+            node = placer.select(_fits_memory(scores, nodes, mem), selector)
         if node >= 0:
             gpus = placer.gpus(state, node, pod, int(cache.gpu[node]), selector.policy_rng)
             k = pod.num_gpu
