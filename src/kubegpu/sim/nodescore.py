@@ -18,6 +18,7 @@ which typical CPU requests fit, and the sorted free milli of the GPUs.
 
 from __future__ import annotations
 
+import weakref
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable
 from functools import cache
@@ -80,9 +81,13 @@ def score_steps() -> tuple[float, ...]:
 
 
 class FragTable:
-    """F_n(M) of one node state, memoised; equal to ``scoring.fragmentation`` of that row."""
+    """F_n(M) of one node state, memoised; equal to ``scoring.fragmentation`` of that row.
 
-    __slots__ = ("_by_fit", "_cpu_steps", "_memo", "_none", "_total")
+    ``FragTable.of_shapes`` shares one table (and its memo) among every user of the same
+    ``TypicalShapes``, e.g. all the replays of a trace in one process.
+    """
+
+    __slots__ = ("__weakref__", "_by_fit", "_cpu_steps", "_memo", "_none", "_total")
 
     def __init__(self, shapes: TypicalShapes) -> None:
         self._total = int(shapes.weight_total)
@@ -105,6 +110,14 @@ class FragTable:
                     if ok[m][model] and cpu_left >= cpu[m]
                 )
         self._memo: dict[tuple[int, int, tuple[int, ...]], float] = {}
+
+    @classmethod
+    def of_shapes(cls, shapes: TypicalShapes) -> FragTable:
+        """The shared table of ``shapes`` (built on first use, dropped with ``shapes``)."""
+        table = _TABLES.get(shapes)
+        if table is None:
+            table = _TABLES[shapes] = cls(shapes)
+        return table
 
     def step(self, cpu_left: int) -> int:
         """Which typical CPU requests fit: the number of distinct ones at most ``cpu_left``."""
@@ -134,6 +147,9 @@ class FragTable:
             if width - i >= num:
                 kept += weight * room[i]
         return (idle * self._total - kept) / self._total
+
+
+_TABLES: weakref.WeakKeyDictionary[TypicalShapes, FragTable] = weakref.WeakKeyDictionary()
 
 
 class NodeRows:

@@ -222,7 +222,7 @@ class ClusterState:
     def frag_table(self) -> FragTable:
         """FGD's node fragmentation under ``typical``, memoised per node state."""
         if self._frag is None:
-            self._frag = FragTable(self.typical)
+            self._frag = FragTable.of_shapes(self.typical)
         return self._frag
 
     def _apply(self, placement: Placement, pod: PodRequest, sign: int) -> None:
