@@ -186,14 +186,11 @@ def node_scorer(policy: Policy, pod: PodRequest, rows: NodeRows, frag: FragTable
     def fits(r: int) -> bool:
         if cpu_of[r] < cpu_req or mem_of[r] < mem_req:
             return False
-        if k:
-            if not model_ok[model_of[r]]:
-                return False
-            n = 0
-            for f in free_of[r]:
-                if f >= milli:
-                    n += 1
-            return n >= k
+        if k == 1:
+            return model_ok[model_of[r]] and max(free_of[r]) >= milli
+        if k:  # at least k GPUs with room: the k-th largest free milli is enough
+            free = free_of[r]
+            return model_ok[model_of[r]] and k <= len(free) and sorted(free)[-k] >= milli
         return True
 
     if policy in {Policy.FGD, Policy.KUBEGPU}:

@@ -265,9 +265,8 @@ def replay(
             if scores[node] == -np.inf:
                 node = -1
         else:
-            node = placer.select(
-                scores if deterministic or not mem else _fits_memory(scores, nodes, mem), selector
-            )
+            masked = mem and not deterministic
+            node = placer.select(_fits_memory(scores, nodes, mem) if masked else scores, selector)
         if mem and node >= 0 and memory_left[node] < mem:  # only after a deterministic select
             node = placer.select(_fits_memory(scores, nodes, mem), selector)
         if node >= 0:
