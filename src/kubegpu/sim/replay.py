@@ -2,9 +2,11 @@
 
 The engine has no policy-specific code: it asks the policy object (``kubegpu.sim.policy``) to score
 the nodes, select one and pick its GPUs, then binds the pod on the ``ClusterState``. Scores are
-cached per pod shape: when a shape arrives again, only the nodes that changed since its last
-scoring are rescored, so a replay costs about one vectorised scoring of a handful of nodes per
-arrival, not a scan of the cluster.
+cached per pod shape: when a shape arrives again, only the nodes bound since its last scoring are
+rescored, a handful one by one in plain Python (``kubegpu.sim.nodescore``, equal bit for bit to the
+policy's vectorised score, for the registered policies), many at once with the policy's vectorised
+score. Rows where a shape does not fit are not rescored for it again (no departures: they never
+fit again).
 
 Protocol (the FGD artifact's): one placement attempt per arrival, no retry, no departures; the
 highest score wins; then the fixed node order (``Order``, the policy's default unless given); then
@@ -268,7 +270,13 @@ def replay(
             masked = mem and not deterministic
             node = placer.select(_fits_memory(scores, nodes, mem) if masked else scores, selector)
         if mem and node >= 0 and memory_left[node] < mem:  # only after a deterministic select
-            node = placer.select(_fits_memory(scores, nodes, mem), selector)
+            masked_scores = _fits_memory(scores, nodes, mem)
+            if plain_select:
+                node = int(masked_scores.argmax())
+                if masked_scores[node] == -np.inf:
+                    node = -1
+            else:
+                node = placer.select(masked_scores, selector)
         if node >= 0:
             gpus = placer.gpus(state, node, pod, int(cache.gpu[node]), selector.policy_rng)
             k = pod.num_gpu

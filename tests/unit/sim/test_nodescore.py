@@ -166,3 +166,33 @@ def test_replay_gives_the_same_run_whether_rescorings_are_per_node_or_vectorised
         assert getattr(a, field).tolist() == getattr(b, field).tolist(), field
     assert a.placed.any() and not a.placed.all()  # the trace overflows: fits and misfits both happen
     assert int(a.allocated_milli[-1]) <= MILLI * int(workload.node_gpus.sum())
+
+
+def test_bind_and_unbind_keep_the_lists_the_arrays_and_the_fragmentation_in_step() -> None:
+    from kubegpu.sim.policy import Placement, Selector, get_policy
+    from kubegpu.sim.replay import initial_state
+
+    w = pinned_trace_workload()
+    state = initial_state(w, np.arange(len(w.node_names)))
+    selector = Selector(
+        tie=TieMode.RANDOM,
+        order_key=None,
+        tie_rng=np.random.default_rng(1),
+        policy_rng=np.random.default_rng(2),
+    )
+    done: list[tuple[Placement, PodRequest]] = []
+    for step in range(60):
+        pod = w.shape_requests[int(w.pod_shape[step % len(w.pod_shape)])]
+        choice = get_policy(Policy.KUBEGPU).choose(state, pod, selector)
+        if choice is not None:
+            state.bind(choice, pod)
+            done.append((choice, pod))
+        if step % 7 == 6 and done:  # a departure now and then
+            state.unbind(*done.pop(0))
+        n, rows = state.nodes, state.rows()
+        assert rows.free == n.gpu_free_milli.tolist() and rows.cpu == n.cpu_left_milli.tolist()
+        assert rows.memory == n.memory_left_mib.tolist() and rows.classes == n.class_counts.tolist()
+        exact = fragmentation(n.gpu_free_milli, n.cpu_left_milli, n.model_index, w.typical)
+        assert n.frag_milli.tolist() == exact.tolist() == rows.frag
+        assert state.frag_total == pytest.approx(float(exact.sum()))
+    assert len(done) > 10
