@@ -303,6 +303,18 @@ class ScoredPolicy:
         key = selector.order_key
         if key is None and selector.tie is TieMode.NODE_ORDER:
             return node
+        if key is not None:
+            # the best-scored rows' keys, the rest below any key: the first highest key wins
+            sub = np.where(scores == best, key, -np.inf)
+            node = int(sub.argmax())
+            top = sub[node]
+            if np.isfinite(top):
+                if selector.tie is TieMode.RANDOM:
+                    tied = np.flatnonzero(sub == top)
+                    if tied.size > 1:
+                        node = int(tied[selector.tie_rng.integers(tied.size)])
+                return node
+            node = int(scores.argmax())
         tied = np.flatnonzero(scores == best)
         if tied.size > 1 and key is not None:
             sub = key[tied]
