@@ -230,7 +230,7 @@ class ClusterState:
         free = rows.free[node]
         if pod.num_gpu:
             delta = sign * placement.milli
-            for g in placement.gpus:
+            for g in dict.fromkeys(placement.gpus):  # a GPU listed twice changes once, as before
                 free[g] -= delta
                 n.gpu_free_milli[node, g] = free[g]
             cls = pod_class(pod.num_gpu, pod.gpu_milli)
