@@ -6,13 +6,17 @@ Two measurements, both through the real command line (interpreter start-up inclu
    ``--repeat`` runs, since other jobs share the machine);
 2. every policy x 10 seeds with ``--workers 2`` (target: 20 s wall);
 
-then pods/s per policy from the second run's per-policy replay seconds, and the CPU time of run 1
-(user + system, less sensitive to a busy machine than wall time). ``--profile`` also prints where
-run 1's time goes: the slowest imports (``python -X importtime``) and the top functions of a
-cProfile of the whole command. Prints Markdown tables. Without the trace (shared data folder) it
-prints why and exits 0; it never fails on time (speed is reported, not asserted).
+then pods/s per policy from the second run's per-policy replay seconds. Each run's CPU time (user +
+system of the process and its workers) is shown next to its wall time: on a shared machine it is
+less sensitive to other jobs. ``--baseline SRC`` also measures another checkout's ``src`` folder
+(e.g. main's, from ``git archive``) the same way, interleaved run by run with this one, so both see
+the same load. ``--profile`` also prints where run 1's time goes: the slowest imports (``python -X
+importtime``) and the top functions of a cProfile of the whole command. Prints Markdown tables.
+Without the trace (shared data folder) it prints why and exits 0; it never fails on time (speed is
+reported, not asserted).
 
     python bench/sim_speed.py [--data DIR] [--seeds 42-51] [--workers 2] [--repeat 3] [--profile]
+        [--baseline OTHER/src] [--skip-all]
 """
 
 from __future__ import annotations
@@ -33,12 +37,22 @@ from pathlib import Path
 from openb import NODES, PODS, default_data_dir
 
 
-def kubegpu(*args: str) -> tuple[float, float, dict[str, object]]:
-    """Wall and CPU seconds of one ``kubegpu sim ... --json`` process, and its document."""
+def kubegpu(*args: str, src: Path | None = None) -> tuple[float, float, dict[str, object]]:
+    """Wall and CPU seconds of one ``kubegpu sim ... --json`` process (and its workers), and its document.
+
+    ``src``: run the kubegpu package found there instead of the installed one.
+    """
+    env = dict(os.environ)
+    if src is not None:
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(src), env.get("PYTHONPATH", "")) if p)
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
     res = subprocess.run(
-        [sys.executable, "-m", "kubegpu", "sim", *args, "--json"], capture_output=True, text=True, check=False
+        [sys.executable, "-m", "kubegpu", "sim", *args, "--json"],
+        capture_output=True,
+        text=True,
+        check=False,
+        env=env,
     )
     wall = time.perf_counter() - started
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -107,6 +121,8 @@ def main() -> int:
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--repeat", type=int, default=3, help="runs of the one-seed measurement (best is shown)")
     ap.add_argument("--profile", action="store_true", help="also print the import and function profile")
+    ap.add_argument("--baseline", type=Path, help="also measure the kubegpu package in this src folder")
+    ap.add_argument("--skip-all", action="store_true", help="only the one-seed measurement")
     args = ap.parse_args()
     nodes, pods = args.data / NODES, args.data / PODS
     if not nodes.is_file() or not pods.is_file():
@@ -115,29 +131,49 @@ def main() -> int:
         )
         return 0
     base = ["--nodes", str(nodes), "--pods", str(pods)]
-    ones = [kubegpu(*base, "--policy", "fgd", "--seeds", "42") for _ in range(max(1, args.repeat))]
-    one_wall, one_cpu, _ = min(ones, key=lambda r: r[0])
-    all_wall, _, every = kubegpu(*base, "--seeds", args.seeds, "--workers", str(args.workers))
-    load = os.getloadavg()[0]
-    print(f"cpus: {os.cpu_count()}, python {sys.version.split()[0]}, load average {load:.1f}")
-    print()
-    print("| measurement | wall s | cpu s | target wall s |")
-    print("|---|---|---|---|")
+    one = [*base, "--policy", "fgd", "--seeds", "42"]
+    every_args = [*base, "--seeds", args.seeds, "--workers", str(args.workers)]
+    variants: list[tuple[str, Path | None]] = [("this checkout", None)]
+    if args.baseline is not None:
+        variants.insert(0, (f"baseline {args.baseline}", args.baseline))
+    load_before = os.getloadavg()[0]
+    ones: dict[str, list[tuple[float, float, dict[str, object]]]] = {name: [] for name, _ in variants}
+    for _ in range(max(1, args.repeat)):
+        for name, src in variants:  # interleaved: each variant sees the same minutes
+            ones[name].append(kubegpu(*one, src=src))
+    alls: dict[str, tuple[float, float, dict[str, object]]] = {}
+    if not args.skip_all:
+        for name, src in variants:
+            alls[name] = kubegpu(*every_args, src=src)
+    load_after = os.getloadavg()[0]
     print(
-        f"| `kubegpu sim --policy fgd --seeds 42` (best of {len(ones)}) "
-        f"| {one_wall:.2f} | {one_cpu:.2f} | 1.2 |"
-    )
-    print(
-        f"| `kubegpu sim --seeds {args.seeds} --workers {args.workers}` (7 policies) "
-        f"| {all_wall:.1f} | | 20 |"
+        f"cpus: {os.cpu_count()}, python {sys.version.split()[0]}, "
+        f"load average {load_before:.1f} before, {load_after:.1f} after"
     )
     print()
-    print("| policy | replay s (all seeds) | pods/s |")
-    print("|---|---|---|")
-    policies = every["policies"]
-    assert isinstance(policies, dict)
-    for name, entry in policies.items():
-        print(f"| {name} | {entry['seconds']:.1f} | {entry['pods_per_second']:,.0f} |")
+    print("| code | measurement | wall s | cpu s | target wall s |")
+    print("|---|---|---|---|---|")
+    for name, _ in variants:
+        wall, cpu, _ = min(ones[name], key=lambda r: r[0])
+        print(
+            f"| {name} | `kubegpu sim --policy fgd --seeds 42` (best of {len(ones[name])}) "
+            f"| {wall:.2f} | {cpu:.2f} | 1.2 |"
+        )
+        if name in alls:
+            wall, cpu, _ = alls[name]
+            print(
+                f"| {name} | `kubegpu sim --seeds {args.seeds} --workers {args.workers}` (7 policies) "
+                f"| {wall:.1f} | {cpu:.1f} | 20 |"
+            )
+    if alls:
+        every = alls["this checkout"][2]
+        print()
+        print("| policy | replay s (all seeds) | pods/s |")
+        print("|---|---|---|")
+        policies = every["policies"]
+        assert isinstance(policies, dict)
+        for name, entry in policies.items():
+            print(f"| {name} | {entry['seconds']:.1f} | {entry['pods_per_second']:,.0f} |")
     if args.profile:
         print()
         profile(base)

@@ -6,17 +6,20 @@ commands never print tracebacks. Usage errors (unknown flags, bad values) exit 2
 Start-up is part of every command's latency (``kubegpu sim`` of one seed is about a second), so
 ``main`` imports and registers only the module of the command it was asked for; ``--help`` and
 unknown commands get the whole app. ``app`` (the whole app, for tests) is built on first access.
+The plain form of ``kubegpu sim`` does not import typer at all (``kubegpu.cli.simrun.fast_main``):
+typer and what it imports are about half of that command's start-up.
 """
 
 from __future__ import annotations
 
 import importlib
 import sys
-from typing import Any
-
-import typer
+from typing import TYPE_CHECKING, Any
 
 from kubegpu.errors import KubegpuError
+
+if TYPE_CHECKING:
+    import typer
 
 # command name -> the kubegpu.cli module that registers it; the order here is the order in --help
 COMMAND_MODULES = {
@@ -34,6 +37,8 @@ COMMAND_MODULES = {
 
 
 def _new_app() -> typer.Typer:
+    import typer
+
     new = typer.Typer(
         name="kubegpu",
         help="Get NVIDIA GPUs into Kubernetes pods, correctly and efficiently, and say what is broken.",
@@ -50,7 +55,7 @@ def _new_app() -> typer.Typer:
         """Print the kubegpu version."""
         from kubegpu import __version__
 
-        typer.echo(__version__)
+        print(__version__)
 
     return new
 
@@ -93,6 +98,11 @@ def main(argv: list[str] | None = None) -> None:
     """
     args = sys.argv[1:] if argv is None else argv
     try:
+        if args[:1] == ["sim"]:
+            from kubegpu.cli.simrun import fast_main
+
+            if fast_main(args[1:]):
+                return
         _app_for(args)(args=args, prog_name="kubegpu")
     except KubegpuError as exc:
         print(f"kubegpu: error: {exc}", file=sys.stderr)

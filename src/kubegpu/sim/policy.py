@@ -21,7 +21,6 @@ uniformly random one). Each policy has a default order (``kubegpu``: ``crc``; th
 
 from __future__ import annotations
 
-from bisect import bisect_right
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -31,6 +30,7 @@ from typing import TYPE_CHECKING, Protocol
 import numpy as np
 
 from kubegpu.errors import InputError
+from kubegpu.sim.nodescore import FragTable, NodeRows
 from kubegpu.sim.scoring import (
     MILLI,
     N_CLASSES,
@@ -152,6 +152,15 @@ def bit_mask(bits: np.ndarray) -> int:
     return out
 
 
+def _full_mask(row: list[int]) -> int:
+    """The fully free GPUs of a row of free milli as an integer bit mask."""
+    out = 0
+    for g, f in enumerate(row):
+        if f == MILLI:
+            out |= 1 << g
+    return out
+
+
 @dataclass(kw_only=True, eq=False)
 class ClusterState:
     """The cluster as arrays (``nodes``, one row per node, updated in place) and its fragmentation.
@@ -164,10 +173,10 @@ class ClusterState:
     nodes: NodeArrays
     typical: TypicalShapes
     frag_total: float
-    # fragmentation of a node depends only on (model, which typical CPU requests fit, sorted free
-    # milli): node states recur, so it is computed once per distinct key
-    _frag_memo: dict[tuple[int, int, tuple[int, ...]], float] = field(default_factory=dict, repr=False)
-    _cpu_steps: tuple[int, ...] = field(default=(), repr=False)
+    # the node state as Python lists and FGD's memoised node fragmentation (kubegpu.sim.nodescore),
+    # built on first use and kept in step by bind/unbind: a bind then costs a few scalar updates
+    _rows: NodeRows | None = field(default=None, repr=False)
+    _frag: FragTable | None = field(default=None, repr=False)
 
     @classmethod
     def build(
@@ -204,49 +213,45 @@ class ClusterState:
         """The ``Order.CRC`` key of every row: CRC-32(node name) / 2^32."""
         return name_tiebreak(self.names)
 
-    def _refrag(self, node: int) -> None:
-        n = self.nodes
-        if not self._cpu_steps:
-            self._cpu_steps = (*sorted({int(c) for c in self.typical.cpu_milli}), 1 << 62)
-        row = n.gpu_free_milli[node]
-        key = (
-            int(n.model_index[node]),
-            bisect_right(self._cpu_steps, int(n.cpu_left_milli[node])),
-            tuple(sorted(row.tolist())),
-        )
-        new = self._frag_memo.get(key)
-        if new is None:
-            new = float(
-                fragmentation(
-                    n.gpu_free_milli[node : node + 1],
-                    n.cpu_left_milli[node : node + 1],
-                    n.model_index[node : node + 1],
-                    self.typical,
-                )[0]
-            )
-            self._frag_memo[key] = new
-        self.frag_total += new - n.frag_milli[node]
+    def rows(self) -> NodeRows:
+        """The state as Python lists (read-only for callers; ``bind``/``unbind`` keep it current)."""
+        if self._rows is None:
+            self._rows = NodeRows(self.nodes)
+        return self._rows
+
+    def frag_table(self) -> FragTable:
+        """FGD's node fragmentation under ``typical``, memoised per node state."""
+        if self._frag is None:
+            self._frag = FragTable.of_shapes(self.typical)
+        return self._frag
+
+    def _apply(self, placement: Placement, pod: PodRequest, sign: int) -> None:
+        n, node, rows = self.nodes, placement.node, self.rows()
+        free = rows.free[node]
+        if pod.num_gpu:
+            delta = sign * placement.milli
+            for g in dict.fromkeys(placement.gpus):  # a GPU listed twice changes once, as before
+                free[g] -= delta
+                n.gpu_free_milli[node, g] = free[g]
+            cls = pod_class(pod.num_gpu, pod.gpu_milli)
+            rows.classes[node][cls] += sign
+            n.class_counts[node, cls] = rows.classes[node][cls]
+        cpu = rows.cpu[node] = rows.cpu[node] - sign * pod.cpu_milli
+        n.cpu_left_milli[node] = cpu
+        rows.memory[node] -= sign * pod.memory_mib
+        n.memory_left_mib[node] = rows.memory[node]
+        new = self.frag_table().of(rows.model[node], cpu, tuple(sorted(free)))
+        self.frag_total += new - rows.frag[node]
+        rows.frag[node] = new
         n.frag_milli[node] = new
 
     def bind(self, placement: Placement, pod: PodRequest) -> None:
         """Apply ``placement`` of ``pod``: take its CPU, memory and GPU milli, count its class."""
-        n, node = self.nodes, placement.node
-        if pod.num_gpu:
-            n.gpu_free_milli[node, list(placement.gpus)] -= placement.milli
-            n.class_counts[node, pod_class(pod.num_gpu, pod.gpu_milli)] += 1
-        n.cpu_left_milli[node] -= pod.cpu_milli
-        n.memory_left_mib[node] -= pod.memory_mib
-        self._refrag(node)
+        self._apply(placement, pod, 1)
 
     def unbind(self, placement: Placement, pod: PodRequest) -> None:
         """Undo ``bind`` (a pod deleted): give back what it took."""
-        n, node = self.nodes, placement.node
-        if pod.num_gpu:
-            n.gpu_free_milli[node, list(placement.gpus)] += placement.milli
-            n.class_counts[node, pod_class(pod.num_gpu, pod.gpu_milli)] -= 1
-        n.cpu_left_milli[node] += pod.cpu_milli
-        n.memory_left_mib[node] += pod.memory_mib
-        self._refrag(node)
+        self._apply(placement, pod, -1)
 
 
 class PlacementPolicy(Protocol):
@@ -298,6 +303,18 @@ class ScoredPolicy:
         key = selector.order_key
         if key is None and selector.tie is TieMode.NODE_ORDER:
             return node
+        if key is not None:
+            # the best-scored rows' keys, the rest below any key: the first highest key wins
+            sub = np.where(scores == best, key, -np.inf)
+            node = int(sub.argmax())
+            top = sub[node]
+            if np.isfinite(top):
+                if selector.tie is TieMode.RANDOM:
+                    tied = np.flatnonzero(sub == top)
+                    if tied.size > 1:
+                        node = int(tied[selector.tie_rng.integers(tied.size)])
+                return node
+            node = int(scores.argmax())
         tied = np.flatnonzero(scores == best)
         if tied.size > 1 and key is not None:
             sub = key[tied]
@@ -314,16 +331,15 @@ class ScoredPolicy:
         k = pod.num_gpu
         if not k:
             return ()
-        row = state.nodes.gpu_free_milli[node]
+        row = state.nodes.gpu_free_milli[node].tolist()
         count = int(state.nodes.gpu_count[node])
         if pod.shared:
             if self.allocator_for_fresh_gpus and row[hint] == MILLI:
-                return allocator_choice(count, bit_mask(row == MILLI), 1)[0][:1]
+                return allocator_choice(count, _full_mask(row), 1)[0][:1]
             return (hint,)
-        fully = row == MILLI
         if k == 1 and not self.allocator_for_fresh_gpus:
-            return (int(np.argmax(fully)),)
-        return allocator_choice(count, bit_mask(fully), k)[0]
+            return (next((g for g, f in enumerate(row) if f == MILLI), 0),)
+        return allocator_choice(count, _full_mask(row), k)[0]
 
     def choose(self, state: ClusterState, pod: PodRequest, selector: Selector) -> Placement | None:
         scores = self.score(state.nodes, pod, state.typical)
@@ -353,8 +369,8 @@ class RandomPolicy(ScoredPolicy):
         self, state: ClusterState, node: int, pod: PodRequest, hint: int, rng: np.random.Generator
     ) -> tuple[int, ...]:
         if pod.shared:
-            room = np.flatnonzero(state.nodes.gpu_free_milli[node] >= pod.gpu_milli)
-            return (int(room[rng.integers(room.size)]),)
+            room = [g for g, f in enumerate(state.nodes.gpu_free_milli[node].tolist()) if f >= pod.gpu_milli]
+            return (room[int(rng.integers(len(room)))],)
         return super().gpus(state, node, pod, hint, rng)
 
 

@@ -2,9 +2,11 @@
 
 The engine has no policy-specific code: it asks the policy object (``kubegpu.sim.policy``) to score
 the nodes, select one and pick its GPUs, then binds the pod on the ``ClusterState``. Scores are
-cached per pod shape: when a shape arrives again, only the nodes that changed since its last
-scoring are rescored, so a replay costs about one vectorised scoring of a handful of nodes per
-arrival, not a scan of the cluster.
+cached per pod shape: when a shape arrives again, only the nodes bound since its last scoring are
+rescored, a handful one by one in plain Python (``kubegpu.sim.nodescore``, equal bit for bit to the
+policy's vectorised score, for the registered policies), many at once with the policy's vectorised
+score. Rows where a shape does not fit are not rescored for it again (no departures: they never
+fit again).
 
 Protocol (the FGD artifact's): one placement attempt per arrival, no retry, no departures; the
 highest score wins; then the fixed node order (``Order``, the policy's default unless given); then
@@ -20,11 +22,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from kubegpu.sim.nodescore import NodeScorer, node_scorer
 from kubegpu.sim.policy import (
     ClusterState,
     Order,
     Placement,
     PlacementPolicy,
+    ScoredPolicy,
     Selector,
     TieMode,
     best_group_cost,
@@ -33,6 +37,7 @@ from kubegpu.sim.policy import (
 )
 from kubegpu.sim.scoring import (
     MILLI,
+    SCORERS,
     BoolArray,
     FloatArray,
     IntArray,
@@ -69,12 +74,21 @@ class SeedRun:
 
 
 class _Cache:
-    __slots__ = ("gpu", "score", "stamp")
+    """One score group's scores per row and the GPU a shared pod would take; ``seen``: binds scored."""
 
-    def __init__(self, n: int) -> None:
+    __slots__ = ("dead", "gpu", "score", "scorer", "seen")
+
+    def __init__(self, n: int, scorer: NodeScorer | None) -> None:
         self.score = np.full(n, -np.inf)
         self.gpu = np.full(n, -1, dtype=np.int64)
-        self.stamp = -1
+        self.seen = -1  # how many entries of the bind log were scored; -1: nothing scored yet
+        self.scorer = scorer
+        # rows where the group's pod does not fit: pods only arrive (no departures), so a node's
+        # free CPU and GPU never grow again and such a row stays -inf for the rest of the replay
+        self.dead = bytearray(n)
+
+    def mark_dead(self) -> None:
+        self.dead = bytearray((self.score == -np.inf).tobytes())
 
 
 def _score_groups(shapes: tuple[PodRequest, ...]) -> tuple[list[int], list[PodRequest]]:
@@ -101,6 +115,8 @@ def _score_groups(shapes: tuple[PodRequest, ...]) -> tuple[list[int], list[PodRe
 
 
 DEDUPE_ROWS = 128  # above this many rows to rescore, identical node states are scored once
+PER_NODE_ROWS = 128  # below this many rows to rescore, rows are scored one by one in Python
+NEG_INF = float("-inf")
 
 
 def _rescore(
@@ -139,6 +155,12 @@ def _rescore(
     result = placer.score(sub, pod, typical)
     cache.score[dirty] = result.score
     cache.gpu[dirty] = result.gpu
+
+
+def _fits_memory(scores: FloatArray, nodes: NodeArrays, memory_mib: int) -> FloatArray:
+    """``scores`` with ``-inf`` where the node has less free memory than ``memory_mib``."""
+    out: FloatArray = np.where(nodes.memory_left_mib >= memory_mib, scores, -np.inf)
+    return out
 
 
 def initial_state(workload: Workload, rows: IntArray) -> ClusterState:
@@ -181,12 +203,21 @@ def replay(
         tie_rng=seed_stream(seed, STREAM_TIES),
         policy_rng=seed_stream(seed, STREAM_RANDOM),
     )
-    changed = np.zeros(n, dtype=np.int64)
     caches: dict[int, _Cache] = {}
     shapes = workload.shape_requests
     group_of, group_pod = _score_groups(shapes)
     shape_of = workload.pod_shape[seq]
     total_of = workload.shape_total_milli()
+    total_list = total_of.tolist()
+    rows = state.rows()
+    memory_left = rows.memory
+    frag = state.frag_table()
+    # ScoredPolicy's select under node-order ties is deterministic: the winner of all rows, when the
+    # pod's memory fits there, is also the winner of the rows where it fits, so the memory mask is
+    # built only when the winner lacks memory; with no order either, the winner is the first best row
+    deterministic = type(placer).select is ScoredPolicy.select and tie is TieMode.NODE_ORDER
+    plain_select = deterministic and selector.order_key is None
+    scorer_policy = policy if isinstance(placer, ScoredPolicy) and placer.scorer is SCORERS[policy] else None
 
     count = len(seq)
     arrived = np.cumsum(total_of[shape_of])
@@ -199,22 +230,53 @@ def replay(
     naive: list[float] = []
     alloc_milli = 0
     report_every = max(1, count // 100)
+    bound_log: list[int] = []  # the row of every bind so far, in order
 
-    for step in range(count):
-        sid = int(shape_of[step])
+    for step, sid in enumerate(shape_of.tolist()):
         pod = shapes[sid]
         gid = group_of[sid]
         cache = caches.get(gid)
         if cache is None:
-            cache = caches[gid] = _Cache(n)
-        dirty = np.flatnonzero(changed > cache.stamp) if cache.stamp >= 0 else np.arange(n)
-        if dirty.size:
-            _rescore(placer, nodes, dirty=dirty, pod=group_pod[gid], typical=typical, cache=cache)
-        cache.stamp = step
+            scorer = (
+                node_scorer(scorer_policy, group_pod[gid], rows, frag) if scorer_policy is not None else None
+            )
+            cache = caches[gid] = _Cache(n, scorer)
+        if cache.seen < 0:
+            _rescore(placer, nodes, dirty=np.arange(n), pod=group_pod[gid], typical=typical, cache=cache)
+            cache.mark_dead()
+        elif cache.seen < len(bound_log):
+            dead = cache.dead
+            dirty_rows = [r for r in set(bound_log[cache.seen :]) if not dead[r]]
+            if cache.scorer is not None and len(dirty_rows) < PER_NODE_ROWS:
+                score_row, score_arr, gpu_arr = cache.scorer, cache.score, cache.gpu
+                for r in dirty_rows:
+                    value, gpu_arr[r] = score_row(r)
+                    score_arr[r] = value
+                    if value == NEG_INF:
+                        dead[r] = 1
+            elif dirty_rows:
+                dirty_rows.sort()
+                dirty = np.fromiter(dirty_rows, dtype=np.int64, count=len(dirty_rows))
+                _rescore(placer, nodes, dirty=dirty, pod=group_pod[gid], typical=typical, cache=cache)
+                cache.mark_dead()
+        cache.seen = len(bound_log)
         scores = cache.score
-        if pod.memory_mib:
-            scores = np.where(nodes.memory_left_mib >= pod.memory_mib, scores, -np.inf)
-        node = placer.select(scores, selector)
+        mem = pod.memory_mib
+        if plain_select:
+            node = int(scores.argmax())
+            if scores[node] == -np.inf:
+                node = -1
+        else:
+            masked = mem and not deterministic
+            node = placer.select(_fits_memory(scores, nodes, mem) if masked else scores, selector)
+        if mem and node >= 0 and memory_left[node] < mem:  # only after a deterministic select
+            masked_scores = _fits_memory(scores, nodes, mem)
+            if plain_select:
+                node = int(masked_scores.argmax())
+                if masked_scores[node] == -np.inf:
+                    node = -1
+            else:
+                node = placer.select(masked_scores, selector)
         if node >= 0:
             gpus = placer.gpus(state, node, pod, int(cache.gpu[node]), selector.policy_rng)
             k = pod.num_gpu
@@ -226,8 +288,8 @@ def replay(
                 first = np.flatnonzero(nodes.gpu_free_milli[node] == MILLI)[:k]
                 naive.append(topology.set_cost(tuple(int(g) for g in first)))
             state.bind(Placement(node=node, gpus=gpus, milli=pod.gpu_milli), pod)
-            changed[node] = step + 1
-            alloc_milli += int(total_of[sid])
+            bound_log.append(node)
+            alloc_milli += total_list[sid]
             placed[step] = True
             node_of[step] = perm[node]
         allocated[step] = alloc_milli

@@ -8,12 +8,10 @@ on the number of workers.
 
 from __future__ import annotations
 
-import multiprocessing
 import os
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future, ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -22,6 +20,9 @@ from kubegpu.sim.curves import PolicySummary, summarise
 from kubegpu.sim.replay import Order, SeedRun, TieMode, replay
 from kubegpu.sim.scoring import Policy
 from kubegpu.sim.workload import Workload
+
+if TYPE_CHECKING:
+    from concurrent.futures import Future
 
 __all__ = ["SimRequest", "parse_seeds", "report_json", "run_all"]
 
@@ -117,6 +118,10 @@ def run_all(
             if on_done is not None:
                 on_done(run)
     else:
+        # imported here: a one-process run (the common one-seed case) does not pay for them
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor, as_completed
+
         method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
         context = multiprocessing.get_context(method)
         with ProcessPoolExecutor(

@@ -186,3 +186,44 @@ def test_variant_writes_a_loadable_pod_list_with_the_asked_mix(tmp_path: Path) -
     made = load_pods(output)
     share = sum(1 for p in made if p.num_gpu == 0) / len(made)
     assert 0.4 < share < 0.6
+
+
+def _without_timings(text: str) -> dict[str, object]:
+    doc: dict[str, object] = json.loads(text)
+    for entry in doc["policies"].values():  # type: ignore[attr-defined]
+        del entry["seconds"], entry["pods_per_second"]
+    return doc
+
+
+def test_the_plain_command_gives_the_same_document_without_typer_as_through_it(tmp_path: Path) -> None:
+    nodes, pods = trace_files(tmp_path)
+    args = ["--nodes", str(nodes), "--pods", str(pods), "--policy", "fgd", "--policy=random,kubegpu"]
+    args += ["--seeds", "1-2", "--inflate=1.5", "--order", "auto", "--workers", "1", "--json"]
+    through_typer = CliRunner().invoke(app, ["sim", *args])
+    assert through_typer.exit_code == 0, through_typer.output
+    probe = (
+        "import sys; from kubegpu.cli.app import main; main(sys.argv[1:]); "
+        "print('typer imported' if 'typer' in sys.modules else '', file=sys.stderr)"
+    )
+    res = subprocess.run(
+        [sys.executable, "-c", probe, "sim", *args], capture_output=True, text=True, timeout=110, check=False
+    )
+    assert res.returncode == 0, res.stderr
+    assert "typer imported" not in res.stderr
+    assert _without_timings(res.stdout) == _without_timings(through_typer.stdout)
+
+
+def test_forms_the_plain_parser_does_not_know_go_to_typer_and_behave_as_before(tmp_path: Path) -> None:
+    from kubegpu.cli.simrun import parse_fast
+
+    nodes, pods = trace_files(tmp_path)
+    base = ["--nodes", str(nodes), "--pods", str(pods)]
+    for odd in (["--help"], ["variant", "--help"], ["--workers", "two"], ["--seeds"], ["--jsn"], ["extra"]):
+        assert parse_fast([*base, *odd]) is None, odd
+    res = run_cli("sim", *base, "--workers", "two")
+    assert res.returncode == 2 and "Traceback" not in res.stderr and "--workers" in res.stderr
+    res = run_cli("sim", "--help")
+    assert res.returncode == 0 and "--nodes" in res.stdout and "variant" in res.stdout
+    parsed = parse_fast([*base, "--policy", "fgd", "--policy=bestfit", "--inflate", "2", "--json"])
+    assert parsed is not None
+    assert parsed["policy"] == ["fgd", "bestfit"] and parsed["inflate"] == 2.0 and parsed["as_json"] is True

@@ -46,3 +46,34 @@ def test_summary_averages_seeds_and_counts_failures_by_shape() -> None:
     failed = sum(n for _, n in s.failed_by_shape)
     assert failed == pytest.approx(np.mean([(~r.placed).sum() for r in runs]))
     assert s.unallocated_gpus(100) == pytest.approx((1 - mean_100 / 100) * 6, abs=0.06)
+
+
+def _curve_by_mask(arrived_pct: np.ndarray, value_pct: np.ndarray, points: int) -> np.ndarray:
+    """The definition: the mean of the (2-decimal) values whose arrived % rounds to x, else x +- 1."""
+    bucket, values = np.round(arrived_pct), np.round(value_pct, 2)
+    out = np.full(points, np.nan)
+    for x in range(points):
+        sel = bucket == x
+        if not sel.any():
+            sel = (bucket >= x - 1) & (bucket <= x + 1)
+        if sel.any():
+            out[x] = round(float(values[sel].mean()), 2)
+    return out
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_curve_of_growing_demand_equals_the_per_point_definition_bit_for_bit(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    steps = rng.choice([0.0, 0.01, 0.3, 1.7, 3.2], size=3000, p=[0.2, 0.4, 0.3, 0.07, 0.03])
+    arrived = np.cumsum(steps)  # demand only grows; big steps leave points with no arrival
+    values = rng.uniform(0, 100, size=arrived.size) / 3.0
+    got = discrete_curve(arrived, values, 140)
+    want = _curve_by_mask(arrived, values, 140)
+    assert np.array_equal(got, want, equal_nan=True)
+    assert np.isnan(got).any() and not np.isnan(got).all()
+    shuffled = rng.permutation(arrived.size)  # not monotone: the general path, same definition
+    assert np.array_equal(
+        discrete_curve(arrived[shuffled], values[shuffled], 140),
+        _curve_by_mask(arrived[shuffled], values[shuffled], 140),
+        equal_nan=True,
+    )

@@ -1,0 +1,384 @@
+"""What `kubegpu sim` does once its flags are parsed, and a parser for its common form that needs no typer.
+
+Start-up is a large part of one replay's wall time (about a second in all), and typer with what it
+imports (click, pydantic for its value coercion) is most of the start-up. ``fast_main`` parses the
+plain form ``kubegpu sim --nodes N --pods P [--policy ...] [--seeds ...] [--json] ...`` itself and
+runs ``run_sim``; anything else (``--help``, a subcommand, an unknown flag, a value it would have to
+guess about) returns ``False`` and goes through typer (``kubegpu.cli.sim``), which calls the same
+``run_sim``. Both paths give the same output and the same errors.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from kubegpu.errors import InputError
+
+MAX_INFLATE = 10.0  # arrivals of 10x the GPU capacity: every curve is flat long before
+ALL_POLICIES = ("random", "dotprod", "clustering", "packing", "bestfit", "fgd", "kubegpu")
+
+
+def run_sim(
+    *,
+    nodes: Path | None,
+    pods: Path | None,
+    policy: list[str] | None,
+    seeds: str,
+    inflate: float,
+    tie: str,
+    order: str,
+    workers: int,
+    as_json: bool,
+    plot: Path | None,
+    out: Path | None,
+    with_bound: bool,
+) -> None:
+    """Replay a trace under placement policies and print (or write) the results."""
+    if nodes is None or pods is None:
+        raise InputError("kubegpu sim needs --nodes NODES.csv and --pods PODS.csv")
+    from kubegpu.sim.replay import Order, TieMode
+    from kubegpu.sim.run import SimRequest, parse_seeds, report_json, summarise_all
+    from kubegpu.sim.trace import load_trace
+    from kubegpu.sim.workload import prepare
+
+    try:
+        tie_mode = TieMode(tie)
+    except ValueError:
+        raise InputError(f"--tie {tie!r}: choose node-order or random") from None
+    try:
+        order_mode = None if order == "auto" else Order(order)
+    except ValueError:
+        raise InputError(f"--order {order!r}: choose auto, none or crc") from None
+    request = SimRequest(
+        policies=_policies(policy),
+        seeds=parse_seeds(seeds),
+        inflate=inflate,
+        tie=tie_mode,
+        order=order_mode,
+        workers=workers,
+    )
+    if workers < 1:
+        raise InputError(f"--workers must be at least 1, got {workers}")
+    if not 0 <= inflate <= MAX_INFLATE:
+        raise InputError(
+            f"--inflate must be 0 (no inflation) or a multiple of capacity up to {MAX_INFLATE:g},"
+            f" got {inflate}"
+        )
+    workload = prepare(load_trace(nodes, pods))
+    runs = _run_with_progress(workload, request, quiet=as_json)
+    summaries = summarise_all(runs, workload, inflate)
+    document = report_json(summaries, request=request, workload=workload)
+    bound_pct: float | None = None
+    if with_bound:
+        from kubegpu.sim.bound import bound_json, with_bound_share
+
+        results = bounds(workload, request.seeds, inflate, quiet=as_json)
+        bound_doc = bound_json(results, seeds=request.seeds, inflate=inflate, workload=workload)
+        document = with_bound_share(document, bound_doc)
+        bound_pct = float(document["bound"]["bound_pct_mean"])
+    if plot is not None:
+        from kubegpu.sim.plot import plot_curves
+
+        plot_curves(
+            summaries,
+            plot,
+            title=f"{Path(pods).name} on {Path(nodes).name}, ties: {tie_mode.value}",
+            bound_pct=bound_pct,
+        )
+    if out is not None:
+        _write_out(out, summaries, document)
+    if as_json:
+        print(json.dumps(document))
+    else:
+        _render(summaries, document)
+        if with_bound:
+            render_bound(document)
+
+
+def _policies(names: list[str] | None) -> tuple[Any, ...]:
+    from kubegpu.sim.scoring import Policy
+
+    if not names:
+        return tuple(Policy(n) for n in ALL_POLICIES)
+    out = []
+    for name in names:
+        for raw in name.split(","):
+            part = raw.strip().lower()
+            try:
+                policy = Policy(part)
+            except ValueError:
+                raise InputError(
+                    f"--policy {part!r}: unknown policy; choose from {', '.join(ALL_POLICIES)}"
+                ) from None
+            if policy not in out:
+                out.append(policy)
+    return tuple(out)
+
+
+def _render(summaries: list[Any], document: dict[str, Any]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    table = Table(
+        title=(
+            f"GPU allocation, {len(document['seeds'])} seed(s), ties: {document['tie']}, "
+            f"order: {document['order']}, "
+            f"{document['total_gpus']} GPUs on {document['nodes']} nodes"
+        )
+    )
+    table.caption = (
+        "alloc: allocated GPU % at 100/130 % arrived; unalloc: idle GPUs at 130 %; frag/ratio: "
+        "fragmentation (% of GPUs / % of idle GPU) at 90 %; link: multi-GPU link cost; split: share "
+        "of multi-GPU pods across NVLink groups"
+    )
+    for col in (
+        "policy",
+        "alloc@100",
+        "alloc@130",
+        "unalloc",
+        "frag",
+        "ratio",
+        "link mean/p95",
+        "split",
+        "s",
+        "pods/s",
+    ):
+        table.add_column(col, justify="left" if col == "policy" else "right")
+    bound = document.get("bound")
+    if bound is not None:
+        table.add_column("of bound", justify="right")
+        table.caption += f"; of bound: alloc@130 as % of the upper bound ({bound['bound_pct_mean']:.2f} %)"
+    for s in summaries:
+        a100, _ = s.at(100)
+        a130, sd130 = s.at(130)
+        frag90 = s.frag_mean[90] if len(s.frag_mean) > 90 else float("nan")
+        ratio90 = s.frag_ratio_mean[90] if len(s.frag_ratio_mean) > 90 else float("nan")
+        comm = f"{s.comm_mean:.2f}/{s.comm_p95:.2f}" if s.comm_mean is not None else "-"
+        split = f"{s.comm_split_share * 100:.1f}%" if s.comm_split_share is not None else "-"
+        extra = []
+        if bound is not None:
+            share = document["policies"][s.policy.value].get("share_of_bound_pct_at_130")
+            extra.append("-" if share is None else f"{share:.2f}%")
+        table.add_row(
+            s.policy.value,
+            "-" if a100 is None else f"{a100:.2f}",
+            "-" if a130 is None else f"{a130:.2f} ± {sd130:.2f}",
+            "-" if s.unallocated_gpus(130) is None else f"{s.unallocated_gpus(130):.0f}",
+            f"{frag90:.2f}",
+            f"{ratio90:.1f}",
+            comm,
+            split,
+            f"{s.seconds:.1f}",
+            f"{s.pods_per_second:,.0f}",
+            *extra,
+        )
+    console.print(table)
+    console.print(
+        f"empty-cluster fragmentation: {document['empty_cluster_frag_pct']:.2f} % "
+        f"({document['typical_shapes']} typical pod shapes)"
+    )
+    failed = Table(title="failed pods per seed, most frequent shapes")
+    failed.add_column("policy")
+    failed.add_column("failed/seed", justify="right")
+    failed.add_column("top shapes (cores/GPUs x milli)")
+    for s in summaries:
+        total = sum(n for _, n in s.failed_by_shape)
+        top = ", ".join(f"{label} {n:.0f}" for label, n in s.failed_by_shape[:4])
+        failed.add_row(s.policy.value, f"{total:.0f}", top or "-")
+    console.print(failed)
+
+
+def _write_out(out: Path, summaries: list[Any], document: dict[str, Any]) -> None:
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "summary.json").write_text(json.dumps(document, indent=2) + "\n", encoding="utf-8")
+        lines = ["policy,arrived_pct,allocated_pct,allocated_pct_std,frag_pct,frag_ratio_pct"]
+        for s in summaries:
+            for x in range(len(s.alloc_mean)):
+                lines.append(
+                    f"{s.policy.value},{x},{s.alloc_mean[x]:.2f},{s.alloc_std[x]:.2f},"
+                    f"{s.frag_mean[x]:.2f},{s.frag_ratio_mean[x]:.2f}"
+                )
+        (out / "curves.csv").write_text("\n".join(lines) + "\n", encoding="utf-8")
+        rows = ["policy,shape,failed_per_seed"]
+        for s in summaries:
+            rows.extend(f"{s.policy.value},{label},{n:.2f}" for label, n in s.failed_by_shape)
+        (out / "failed_pods.csv").write_text("\n".join(rows) + "\n", encoding="utf-8")
+    except OSError as exc:
+        raise InputError(f"--out {out}: cannot write: {exc.strerror or exc}") from exc
+
+
+def check_inflate(inflate: float) -> None:
+    if not 0 <= inflate <= MAX_INFLATE:
+        raise InputError(
+            f"--inflate must be 0 (no inflation) or a multiple of capacity up to {MAX_INFLATE:g},"
+            f" got {inflate}"
+        )
+
+
+def bounds(workload: Any, seeds: tuple[int, ...], inflate: float, *, quiet: bool) -> list[Any]:
+    """One bound per seed, with a line per seed on stderr (a solve takes seconds)."""
+    from kubegpu.sim.bound import seed_bound
+
+    out = []
+    for i, seed in enumerate(seeds, 1):
+        result = seed_bound(workload, seed, inflate=inflate)
+        if not quiet:
+            print(
+                f"bound seed {seed} ({i}/{len(seeds)}): {result.bound_pct:.2f} % "
+                f"({result.columns} columns, {result.seconds:.1f} s)",
+                file=sys.stderr,
+            )
+        out.append(result)
+    return out
+
+
+def render_bound(document: dict[str, Any]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    b = document["bound"]
+    table = Table(
+        title=(
+            f"Upper bound on allocated GPU %, {len(document['seeds'])} seed(s), "
+            f"{document['total_gpus']} GPUs on {document['nodes']} nodes"
+        )
+    )
+    table.caption = "no policy, online or offline, allocates more of the GPUs for the seed's arrivals"
+    for col in ("seed", "arrived %", "bound %", "columns", "s"):
+        table.add_column(col, justify="right")
+    for row in b["per_seed"]:
+        table.add_row(
+            str(row["seed"]),
+            f"{row['arrived_pct']:.2f}",
+            f"{row['bound_pct']:.2f}",
+            str(row["columns"]),
+            f"{row['seconds']:.1f}",
+        )
+    table.add_row(
+        "mean", "", f"{b['bound_pct_mean']:.2f} ± {b['bound_pct_std']:.2f}", "", "", end_section=True
+    )
+    Console().print(table)
+
+
+def _run_with_progress(workload: Any, request: Any, *, quiet: bool) -> Any:
+    from kubegpu.sim.run import run_all
+
+    if quiet or not sys.stderr.isatty():  # no bar to draw: do not pay for importing rich
+        return run_all(workload, request)
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    console = Console(stderr=True)
+    show = console.is_terminal
+    total = len(request.policies) * len(request.seeds)
+    with Progress(
+        TextColumn("[bold]sim[/] {task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        disable=not show,
+        transient=True,
+    ) as progress:
+        task = progress.add_task("replays", total=total)
+        done = [0]
+
+        def on_done(run: Any) -> None:
+            done[0] += 1
+            progress.update(task, completed=done[0], description=f"{run.policy.value} seed {run.seed}")
+
+        def on_progress(step: int, count: int) -> None:
+            progress.update(task, completed=done[0] + step / count)
+
+        return run_all(workload, request, on_done=on_done, on_progress=on_progress if show else None)
+
+
+# the flags of the plain command: name -> how its value is read (None: a flag without a value)
+_VALUE_FLAGS: dict[str, Any] = {
+    "--nodes": Path,
+    "--pods": Path,
+    "--policy": str,
+    "--seeds": str,
+    "--inflate": float,
+    "--tie": str,
+    "--order": str,
+    "--workers": int,
+    "--plot": Path,
+    "--out": Path,
+}
+_BOOL_FLAGS = {"--json": "as_json", "--bound": "with_bound"}
+
+
+def _number(text: str, kind: Any) -> Any:
+    """``text`` as an int or float where it is unmistakably one, else ``None`` (typer then decides)."""
+    plain = text.strip()
+    if kind is int:
+        return int(plain) if plain.lstrip("+-").isdigit() and plain == text else None
+    try:
+        value = float(text)
+    except ValueError:
+        return None
+    return value if plain == text and plain[-1:].isdigit() else None
+
+
+def parse_fast(argv: list[str]) -> dict[str, Any] | None:
+    """The keyword arguments of ``run_sim`` for ``kubegpu sim ARGV``, or ``None`` if typer must parse it."""
+    got: dict[str, Any] = {
+        "nodes": None,
+        "pods": None,
+        "policy": None,
+        "seeds": "42-51",
+        "inflate": 1.3,
+        "tie": "node-order",
+        "order": "auto",
+        "workers": 1,
+        "as_json": False,
+        "plot": None,
+        "out": None,
+        "with_bound": False,
+    }
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        if arg in _BOOL_FLAGS:
+            got[_BOOL_FLAGS[arg]] = True
+            i += 1
+            continue
+        name, eq, value = arg.partition("=")
+        kind = _VALUE_FLAGS.get(name)
+        if kind is None:
+            return None  # --help, a subcommand, an unknown flag or argument: typer's to answer
+        if not eq:
+            if i + 1 >= len(argv):
+                return None
+            value = argv[i + 1]
+            i += 1
+        i += 1
+        if not value or (value.startswith("-") and kind not in {int, float}):
+            return None
+        if kind is int or kind is float:
+            parsed = _number(value, kind)
+            if parsed is None:
+                return None
+        else:
+            parsed = kind(value)
+        key = name[2:]
+        if key == "policy":
+            got["policy"] = [*(got["policy"] or []), parsed]
+        else:
+            got[key] = parsed
+    return got
+
+
+def fast_main(argv: list[str]) -> bool:
+    """Run ``kubegpu sim ARGV`` without typer if its form is the plain one; ``False`` if not run."""
+    parsed = parse_fast(argv)
+    if parsed is None:
+        return False
+    run_sim(**parsed)
+    return True

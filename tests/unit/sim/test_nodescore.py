@@ -1,0 +1,198 @@
+"""The per-node Python scores give exactly the vectorised scores, so the replay may use either.
+
+The replay scores small rescorings one node at a time (``kubegpu.sim.nodescore``) and large ones with
+numpy (``kubegpu.sim.scoring``); a difference in one bit of one score could move a tie and change
+every later placement, so these tests compare them value for value on many random node states.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+
+import numpy as np
+import pytest
+
+import kubegpu.sim.replay as replay_module
+from kubegpu.sim.nodescore import FragTable, NodeRows, node_scorer, score_steps
+from kubegpu.sim.replay import TieMode, replay
+from kubegpu.sim.scoring import (
+    MILLI,
+    N_CLASSES,
+    NodeArrays,
+    PodRequest,
+    Policy,
+    TypicalShapes,
+    _sigmoid100,
+    fragmentation,
+    score_nodes,
+    typical_shapes,
+)
+from tests.unit.sim.test_policy import pinned_trace_workload
+
+MODELS = 4
+
+
+def _numpy_score(x: np.ndarray) -> list[float]:
+    out: list[float] = np.floor(_sigmoid100(x)).tolist()
+    return out
+
+
+def test_score_steps_reproduce_numpys_integer_sigmoid_near_every_step_and_elsewhere() -> None:
+    steps = np.array([s for s in score_steps() if np.isfinite(s)])
+    assert np.all(np.diff(steps) > 0)
+    # 400 consecutive doubles on either side of every step, where a last-bit difference would show
+    around = [steps]
+    lo, hi = steps.copy(), steps.copy()
+    for _ in range(400):
+        lo, hi = np.nextafter(lo, -np.inf), np.nextafter(hi, np.inf)
+        around += [lo, hi]
+    xs = np.concatenate([*around, np.random.default_rng(0).uniform(-20_000, 20_000, 50_000), [0.0, -0.0]])
+    assert [float(bisect_right(score_steps(), x)) for x in xs.tolist()] == _numpy_score(xs)
+    # and numpy's function never steps down inside those windows (what a lookup by steps assumes)
+    window = np.sort(np.concatenate(around))
+    assert np.all(np.diff(np.floor(_sigmoid100(window))) >= 0)
+
+
+def _shapes(rng: np.random.Generator) -> TypicalShapes:
+    shapes = []
+    counts = []
+    for i in range(40):
+        num = int(rng.choice([0, 1, 1, 1, 2, 4, 8]))
+        milli = int(rng.choice([1000, 810, 470, 320, 650, 230, 50])) if num == 1 else (1000 if num else 0)
+        ok = np.ones(MODELS, dtype=bool) if rng.random() < 0.8 else rng.random(MODELS) < 0.5
+        shapes.append((int(rng.choice([0, 2000, 3152, 8000, 11300, 24000])), milli, num, ok, f"s{i}"))
+        counts.append(int(rng.integers(1, 500)))
+    return typical_shapes(shapes, counts, n_models=MODELS)
+
+
+def _nodes(rng: np.random.Generator, shapes: TypicalShapes, rows: int = 400) -> NodeArrays:
+    width = 8
+    gpus = rng.choice([0, 1, 2, 4, 8], size=rows)
+    free = np.zeros((rows, width), dtype=np.int64)
+    levels = np.array([0, 1000, 1000, 1000, 190, 530, 350, 680, 770, 500, 120, 30, 970])
+    for r in range(rows):
+        for g in range(int(gpus[r])):
+            free[r, g] = rng.choice(levels) if rng.random() < 0.8 else rng.integers(0, 101) * 10
+    # CPU left: often right at a typical request, where the fit flips
+    cpu = np.where(
+        rng.random(rows) < 0.3,
+        rng.choice(np.concatenate([shapes.cpu_milli, [0]]), size=rows),
+        rng.integers(0, 960, size=rows) * 100,
+    )
+    counts = np.where(rng.random((rows, N_CLASSES)) < 0.1, rng.integers(1, 4, size=(rows, N_CLASSES)), 0)
+    counts[rng.random(rows) < 0.3] = 0
+    model = rng.integers(0, MODELS, size=rows)
+    return NodeArrays(
+        cpu_left_milli=cpu.astype(np.int64),
+        memory_left_mib=rng.integers(0, 4096, size=rows).astype(np.int64),
+        gpu_free_milli=free,
+        gpu_count=gpus.astype(np.int64),
+        model_index=model.astype(np.int64),
+        class_counts=counts.astype(np.int64),
+        frag_milli=fragmentation(free, cpu.astype(np.int64), model.astype(np.int64), shapes),
+    )
+
+
+def _pods(rng: np.random.Generator) -> list[PodRequest]:
+    out = []
+    for num, milli in [
+        (0, 0),
+        (1, 1000),
+        (2, 1000),
+        (4, 1000),
+        (8, 1000),
+        (1, 810),
+        (1, 470),
+        (1, 50),
+        (1, 990),
+    ]:
+        for cpu in (0, 3152, 11300, 40000):
+            for memory in (0, 2048):
+                ok = np.ones(MODELS, dtype=bool) if rng.random() < 0.7 else rng.random(MODELS) < 0.5
+                out.append(
+                    PodRequest(cpu_milli=cpu, memory_mib=memory, num_gpu=num, gpu_milli=milli, model_ok=ok)
+                )
+    return out
+
+
+@pytest.mark.parametrize("policy", list(Policy))
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_per_node_scores_and_gpus_equal_the_vectorised_ones(policy: Policy, seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    shapes = _shapes(rng)
+    nodes = _nodes(rng, shapes)
+    rows, frag = NodeRows(nodes), FragTable(shapes)
+    for pod in _pods(rng):
+        want = score_nodes(policy, nodes, pod, shapes)
+        score = node_scorer(policy, pod, rows, frag)
+        got = [score(r) for r in range(len(nodes.gpu_count))]
+        assert [s for s, _ in got] == want.score.tolist(), (policy, pod)
+        fits = want.score > -np.inf
+        assert [g for (_, g), ok in zip(got, fits, strict=True) if ok] == want.gpu[fits].tolist(), (
+            policy,
+            pod,
+        )
+
+
+def test_frag_table_equals_the_vectorised_fragmentation_of_each_row() -> None:
+    rng = np.random.default_rng(5)
+    shapes = _shapes(rng)
+    nodes = _nodes(rng, shapes, rows=1000)
+    table = FragTable(shapes)
+    got = [
+        table.of(m, c, tuple(sorted(f)))
+        for m, c, f in zip(
+            nodes.model_index.tolist(),
+            nodes.cpu_left_milli.tolist(),
+            nodes.gpu_free_milli.tolist(),
+            strict=True,
+        )
+    ]
+    assert got == nodes.frag_milli.tolist()
+
+
+@pytest.mark.parametrize("policy", list(Policy))
+@pytest.mark.parametrize("tie", list(TieMode))
+def test_replay_gives_the_same_run_whether_rescorings_are_per_node_or_vectorised(
+    policy: Policy, tie: TieMode, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    workload = pinned_trace_workload()
+    runs = []
+    for rows in (0, 1 << 30):  # never per node / always per node (but the first scoring of a shape)
+        monkeypatch.setattr(replay_module, "PER_NODE_ROWS", rows)
+        runs.append(replay(workload, policy, 3, tie=tie))
+    a, b = runs
+    for field in ("allocated_milli", "frag_milli", "placed", "node", "comm_cost"):
+        assert getattr(a, field).tolist() == getattr(b, field).tolist(), field
+    assert a.placed.any() and not a.placed.all()  # the trace overflows: fits and misfits both happen
+    assert int(a.allocated_milli[-1]) <= MILLI * int(workload.node_gpus.sum())
+
+
+def test_bind_and_unbind_keep_the_lists_the_arrays_and_the_fragmentation_in_step() -> None:
+    from kubegpu.sim.policy import Placement, Selector, get_policy
+    from kubegpu.sim.replay import initial_state
+
+    w = pinned_trace_workload()
+    state = initial_state(w, np.arange(len(w.node_names)))
+    selector = Selector(
+        tie=TieMode.RANDOM,
+        order_key=None,
+        tie_rng=np.random.default_rng(1),
+        policy_rng=np.random.default_rng(2),
+    )
+    done: list[tuple[Placement, PodRequest]] = []
+    for step in range(60):
+        pod = w.shape_requests[int(w.pod_shape[step % len(w.pod_shape)])]
+        choice = get_policy(Policy.KUBEGPU).choose(state, pod, selector)
+        if choice is not None:
+            state.bind(choice, pod)
+            done.append((choice, pod))
+        if step % 7 == 6 and done:  # a departure now and then
+            state.unbind(*done.pop(0))
+        n, rows = state.nodes, state.rows()
+        assert rows.free == n.gpu_free_milli.tolist() and rows.cpu == n.cpu_left_milli.tolist()
+        assert rows.memory == n.memory_left_mib.tolist() and rows.classes == n.class_counts.tolist()
+        exact = fragmentation(n.gpu_free_milli, n.cpu_left_milli, n.model_index, w.typical)
+        assert n.frag_milli.tolist() == exact.tolist() == rows.frag
+        assert state.frag_total == pytest.approx(float(exact.sum()))
+    assert len(done) > 10
