@@ -21,6 +21,7 @@ single line on stderr and the exit code the class carries; anything else reachin
     ├── UnknownGpuError           exit 1  a health event names a GPU this node does not have
     ├── PodResourcesUnavailable   exit 1  kubelet's PodResources API cannot be read (socket, rate limit)
     ├── ApiServerError            exit 1  an API-server call failed (``status``: HTTP code, 0 unreachable)
+    ├── PlacementError            exit 1  the scheduler extender cannot place or bind a pod (its ask, a node)
     └── ProbeFailed               exit 1  a doctor probe cannot read what a check needs
         └── ClusterUnreachable            the API server cannot be reached, or the credentials fail
 
@@ -42,6 +43,7 @@ __all__ = [
     "InputError",
     "KubegpuError",
     "MigLayoutError",
+    "PlacementError",
     "PodResourcesUnavailable",
     "ProbeFailed",
     "RegistrationFailed",
@@ -132,6 +134,10 @@ class ApiServerError(KubegpuError):
     def __init__(self, message: str, *, status: int = 0) -> None:
         super().__init__(message)
         self.status = status
+
+
+class PlacementError(KubegpuError):
+    """The scheduler extender cannot place or bind a pod: a GPU ask no node can meet, no room left."""
 
 
 class ProbeFailed(KubegpuError):

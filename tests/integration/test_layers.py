@@ -42,6 +42,10 @@ CASES = [
     ("kubeapi.py", "import kubegpu.node.labels", {"R3"}),  # the API client sits below the tools
     ("node/hygiene.py", "import kubernetes", {"R7"}),  # only kubeapi talks to the API server
     ("node/lease.py", "import rich", {"R4"}),
+    ("extender/ledger.py", "import kubegpu.agent", {"R3"}),  # the agent and the extender are siblings
+    ("sim/policy.py", "import kubegpu.extender.ledger", {"R3"}),  # the sim never knows its second engine
+    ("extender/cluster.py", "import kubernetes", {"R7"}),  # the extender talks through kubeapi
+    ("extender/server.py", "import typer", {"R4"}),
 ]
 
 

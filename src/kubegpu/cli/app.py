@@ -29,6 +29,7 @@ COMMAND_MODULES = {
     "sim": "sim",
     "doctor": "doctor",
     "agent": "agent",
+    "extender": "extender",
 }
 
 
