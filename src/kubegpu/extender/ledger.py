@@ -405,8 +405,8 @@ class Ledger:
             return f"kubegpu: node has {count} GPUs, the pod asks for {ask.num_gpu}"
         need = ask.gpu_milli if ask.num_gpu == 1 else MILLI
         if (free >= need).sum() < ask.num_gpu:
-            what = f"a GPU with {need}m free" if ask.num_gpu == 1 else f"{ask.num_gpu} free GPUs"
-            return f"kubegpu: no {what} (free per GPU: {', '.join(f'{int(f)}m' for f in free)})"
+            what = f"no GPU with {need}m free" if ask.num_gpu == 1 else f"fewer than {ask.num_gpu} free GPUs"
+            return f"kubegpu: {what} (free per GPU: {', '.join(f'{int(f)}m' for f in free)})"
         if n.cpu_left_milli[row] < ask.cpu_milli:
             return f"kubegpu: {int(n.cpu_left_milli[row])}m CPU left, the pod asks for {ask.cpu_milli}m"
         if n.memory_left_mib[row] < ask.memory_mib:
