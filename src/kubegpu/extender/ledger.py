@@ -28,6 +28,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from enum import StrEnum
@@ -100,6 +101,16 @@ def _pod_name(pod: Mapping[str, Any]) -> str:
     return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
 
 
+SCORE_CACHE_SHAPES = 256  # distinct ask shapes whose scores are kept
+
+
+@dataclass(kw_only=True, eq=False)
+class _ScoreCache:
+    score: np.ndarray
+    gpu: np.ndarray
+    stamp: int  # the ledger's change counter when these scores were last brought up to date
+
+
 class Ledger:
     """The extender's accounting and decisions; thread-safe (one lock). ``clock`` is monotonic seconds."""
 
@@ -124,6 +135,10 @@ class Ledger:
         self._rows: dict[str, int] = {}
         self._applied: set[str] = set()  # holdings bound into the current state
         self._order_key: np.ndarray | None = None
+        # scores per ask shape for every row, rescored only where a row changed since (as the replay does)
+        self._scores: OrderedDict[tuple[int, int, int, int], _ScoreCache] = OrderedDict()
+        self._version = 0
+        self._changed = np.zeros(0, dtype=np.int64)
         self._tie_rng = np.random.default_rng([seed, 0])
         self._policy_rng = np.random.default_rng([seed, 1])
 
@@ -144,6 +159,8 @@ class Ledger:
         )
         self._state, self._rows, self._applied = state, {n: i for i, n in enumerate(names)}, set()
         self._order_key = state.crc_key() if self.policy.default_order is Order.CRC else None
+        self._scores.clear()
+        self._version, self._changed = 0, np.zeros(len(names), dtype=np.int64)
         for holding in sorted(self._holdings.values(), key=lambda h: h.uid):
             self._apply(holding)
         return state
@@ -182,6 +199,7 @@ class Ledger:
                 "GPU over-committed (the API shows more than it holds): %s on %s", holding.pod, holding.node
             )
         self._state.bind(placement, ask.request())
+        self._touch(placement.node)
         self._applied.add(holding.uid)
 
     def _unapply(self, holding: Holding) -> None:
@@ -195,7 +213,33 @@ class Ledger:
                 else replace(holding.ask, num_gpu=0, gpu_milli=0)
             )
             self._state.unbind(placement, ask.request())
+            self._touch(placement.node)
         self._applied.discard(holding.uid)
+
+    def _touch(self, row: int) -> None:
+        self._version += 1
+        self._changed[row] = self._version
+
+    def _scored(self, state: ClusterState, ask: Ask) -> _ScoreCache:
+        """Every row's score for ``ask``; rows unchanged since the shape was last scored are reused
+        (a row's score depends on that row alone)."""
+        key = (ask.cpu_milli, ask.memory_mib, ask.num_gpu, ask.gpu_milli)
+        entry = self._scores.get(key)
+        if entry is None:
+            result = self.policy.score(state.nodes, ask.request(), state.typical)
+            entry = _ScoreCache(score=result.score.copy(), gpu=result.gpu.copy(), stamp=self._version)
+            self._scores[key] = entry
+            if len(self._scores) > SCORE_CACHE_SHAPES:
+                self._scores.popitem(last=False)
+            return entry
+        self._scores.move_to_end(key)
+        dirty = np.flatnonzero(self._changed > entry.stamp)
+        if dirty.size:
+            result = self.policy.score(state.nodes.take(dirty), ask.request(), state.typical)
+            entry.score[dirty] = result.score
+            entry.gpu[dirty] = result.gpu
+            entry.stamp = self._version
+        return entry
 
     def _put(self, holding: Holding) -> None:
         old = self._holdings.get(holding.uid)
@@ -378,40 +422,52 @@ class Ledger:
             return Decision(node=None, assignment=None, failed={}, unresolvable=unknown)
         rows = np.array(sorted(self._rows[n] for n in known), dtype=np.int64)
         request = ask.request()
-        scores = self.policy.score(state.nodes.take(rows), request, state.typical)
+        cached = self._scored(state, ask)
+        score, hint = cached.score[rows], cached.gpu[rows]
         selector = Selector(
             tie=TieMode.NODE_ORDER,
             order_key=None if self._order_key is None else self._order_key[rows],
             tie_rng=self._tie_rng,
             policy_rng=self._policy_rng,
         )
-        pick = self.policy.select(scores.score, selector)
+        pick = self.policy.select(score, selector)
         if pick < 0:
-            failed = {state.names[int(r)]: self._why_not(int(r), ask) for r in rows}
-            return Decision(node=None, assignment=None, failed=failed, unresolvable=unknown)
+            return Decision(node=None, assignment=None, failed=self._why_not(rows, ask), unresolvable=unknown)
         row = int(rows[pick])
-        gpus = self.policy.gpus(state, row, request, int(scores.gpu[pick]), self._policy_rng)
+        gpus = self.policy.gpus(state, row, request, int(hint[pick]), self._policy_rng)
         name = state.names[row]
         failed = {n: f"kubegpu placed the pod on {name}" for n in known if n != name}
         chosen = Assignment(node=name, gpus=tuple(int(g) for g in gpus), uuids=(), milli=ask.gpu_milli)
         return Decision(node=name, assignment=chosen, failed=failed, unresolvable=unknown)
 
-    def _why_not(self, row: int, ask: Ask) -> str:
+    def _why_not(self, rows: np.ndarray, ask: Ask) -> dict[str, str]:
+        """Why the pod fits none of ``rows``, per node (one reason each, the first that applies)."""
         state = self._current()
         n = state.nodes
-        count = int(n.gpu_count[row])
-        free = n.gpu_free_milli[row, :count]
-        if ask.num_gpu > count:
-            return f"kubegpu: node has {count} GPUs, the pod asks for {ask.num_gpu}"
+        count = n.gpu_count[rows]
+        free = n.gpu_free_milli[rows]
         need = ask.gpu_milli if ask.num_gpu == 1 else MILLI
-        if (free >= need).sum() < ask.num_gpu:
-            what = f"no GPU with {need}m free" if ask.num_gpu == 1 else f"fewer than {ask.num_gpu} free GPUs"
-            return f"kubegpu: {what} (free per GPU: {', '.join(f'{int(f)}m' for f in free)})"
-        if n.cpu_left_milli[row] < ask.cpu_milli:
-            return f"kubegpu: {int(n.cpu_left_milli[row])}m CPU left, the pod asks for {ask.cpu_milli}m"
-        if n.memory_left_mib[row] < ask.memory_mib:
-            return f"kubegpu: {int(n.memory_left_mib[row])} MiB left, the pod asks for {ask.memory_mib} MiB"
-        return "kubegpu: the placement policy rejected the node"
+        short_gpus = count < ask.num_gpu
+        no_room = (free >= need).sum(axis=1) < ask.num_gpu
+        cpu, memory = n.cpu_left_milli[rows], n.memory_left_mib[rows]
+        out: dict[str, str] = {}
+        for i, row in enumerate(rows):
+            k = int(count[i])
+            if short_gpus[i]:
+                why = f"node has {k} GPUs, the pod asks for {ask.num_gpu}"
+            elif no_room[i]:
+                what = (
+                    f"no GPU with {need}m free" if ask.num_gpu == 1 else f"fewer than {ask.num_gpu} free GPUs"
+                )
+                why = f"{what} (free per GPU: {', '.join(f'{int(f)}m' for f in free[i, :k])})"
+            elif cpu[i] < ask.cpu_milli:
+                why = f"{int(cpu[i])}m CPU left, the pod asks for {ask.cpu_milli}m"
+            elif memory[i] < ask.memory_mib:
+                why = f"{int(memory[i])} MiB left, the pod asks for {ask.memory_mib} MiB"
+            else:
+                why = "the placement policy rejected the node"
+            out[state.names[int(row)]] = "kubegpu: " + why
+        return out
 
     def _assignment(self, holding: Holding) -> Assignment:
         info = self._nodes.get(holding.node)
