@@ -65,6 +65,7 @@ def register(app: typer.Typer) -> None:
         from kubegpu.extender.server import ExtenderServer
         from kubegpu.extender.workload import default_typical, typical_from_file
         from kubegpu.kubeapi import KubeApi
+        from kubegpu.probes import parse_address
         from kubegpu.sim.policy import get_policy
 
         logging.basicConfig(
@@ -72,6 +73,7 @@ def register(app: typer.Typer) -> None:
             format="%(asctime)s %(levelname)s %(name)s %(message)s",
             stream=sys.stderr,
         )
+        parse_address(listen, flag="--listen")  # bad input is refused before anything starts
         placer = get_policy(policy)
         typical = typical_from_file(workload) if workload is not None else default_typical()
         api = KubeApi(kubeconfig=kubeconfig)
