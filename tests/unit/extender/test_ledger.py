@@ -188,3 +188,14 @@ def test_a_watch_seeing_the_binding_first_keeps_the_chosen_gpus() -> None:
     book.observe_pod(bound_copy(pod, decision.assignment))  # the watch event beats the bind's reply
     book.end_bind("uid-a", ok=False)  # a reply lost in transit must not free a bound pod's GPU
     assert sorted(book.snapshot()["n1"].gpu_free_milli) == [500, 1000]
+
+
+def test_filtering_a_pod_whose_bind_is_in_flight_keeps_its_gpus() -> None:
+    book = ledger([gpu_node("n1", 1), gpu_node("n2", 1)])
+    pod = gpu_pod("a", gpus=1)
+    first = book.decide(pod, ["n1", "n2"]).node
+    assert first is not None
+    assert book.begin_bind("uid-a", first) is not None
+    other = "n2" if first == "n1" else "n1"
+    assert book.decide(pod, [other]).node is None
+    assert book.snapshot()[first].gpu_free_milli == (0,)
