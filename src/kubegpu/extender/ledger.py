@@ -373,11 +373,11 @@ class Ledger:
         with self._lock:
             self._expire()
             old = self._holdings.get(uid)
-            if old is not None and old.kind is not HoldKind.RESERVED and old.node in candidates:
-                others = {n: f"pod is already placed on {old.node}" for n in candidates if n != old.node}
-                return Decision(
-                    node=old.node, assignment=self._assignment(old), failed=others, unresolvable={}
-                )
+            if old is not None and old.kind is not HoldKind.RESERVED:  # bound, or its bind in flight
+                node = old.node if old.node in candidates else None
+                others = {n: f"kubegpu: pod is placed on {old.node}" for n in candidates if n != old.node}
+                assignment = self._assignment(old) if node else None
+                return Decision(node=node, assignment=assignment, failed=others, unresolvable={})
             if old is not None:
                 self._drop(uid)  # a new attempt: the earlier choice is void
             try:
