@@ -85,7 +85,7 @@ def run(data: Path, policy: str, seed: int, inflate: float) -> int:
         GpuNode(name=n.name, cpu_milli=n.cpu_milli, memory_mib=n.memory_mib, gpu_count=n.gpu_count, uuids=())
         for n in trace.nodes
     )
-    book.snapshot()  # build the state before the first call, as the first list does
+    book.warm_up()  # as `kubegpu extender` does once its first lists are in
     front = Extender(book, NoApi())
     server = ExtenderServer(front, "127.0.0.1:0")
     server.start()

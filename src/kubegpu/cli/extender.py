@@ -81,6 +81,7 @@ def register(app: typer.Typer) -> None:
         front = Extender(ledger, ApiBinder(api), ready=False)
 
         def synced() -> None:
+            ledger.warm_up()
             front.ready = True
 
         sync = ClusterSync(api, ledger, on_synced=synced)

@@ -412,6 +412,14 @@ class Ledger:
                 return None
             return self._choose(ask, candidates).node
 
+    def warm_up(self) -> None:
+        """Score a share and 1, 2, 4, 8 whole GPUs once on every node, reserving nothing: the first
+        real filter then pays neither the lazy imports nor the allocator's first searches."""
+        with self._lock:
+            names = list(self._nodes)
+            for num, milli in ((1, 500), (1, MILLI), (2, MILLI), (4, MILLI), (8, MILLI)):
+                self._choose(Ask(cpu_milli=0, memory_mib=0, num_gpu=num, gpu_milli=milli), names)
+
     def _choose(self, ask: Ask, candidates: Sequence[str]) -> Decision:
         state = self._current()
         known = [n for n in candidates if n in self._rows]

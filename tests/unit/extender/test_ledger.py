@@ -199,3 +199,11 @@ def test_filtering_a_pod_whose_bind_is_in_flight_keeps_its_gpus() -> None:
     other = "n2" if first == "n1" else "n1"
     assert book.decide(pod, [other]).node is None
     assert book.snapshot()[first].gpu_free_milli == (0,)
+
+
+def test_warming_up_reserves_nothing() -> None:
+    book = ledger([gpu_node("n1", 8), gpu_node("n2", 2)])
+    before = book.snapshot()
+    book.warm_up()
+    assert book.snapshot() == before
+    assert book.decide(gpu_pod("a", gpus=8), ["n1", "n2"]).node == "n1"
