@@ -183,7 +183,7 @@ def test_the_extender_places_shares_and_whole_gpus_and_survives_a_restart(
     assert fills.isdisjoint(used) and len(fills) == rest
     cluster.apply(gpu_pod("waiting", ns, milli=1000))
     message = cluster.wait_event(ns, "waiting", "FailedScheduling", "kubegpu")
-    assert "no GPU with 1000m free" in message
+    assert "1 kubegpu: no GPU with 1000m free" in message
     assert not cluster.get("pod", "waiting", ns)["spec"].get("nodeName")
 
     # deleting the two shares frees their GPU: the waiting pod is placed on it

@@ -444,38 +444,38 @@ class Ledger:
         row = int(rows[pick])
         gpus = self.policy.gpus(state, row, request, int(hint[pick]), self._policy_rng)
         name = state.names[row]
-        failed = {n: f"kubegpu placed the pod on {name}" for n in known if n != name}
+        # the other candidates need no reason: a node left out of the answer is simply not feasible,
+        # and with one feasible node the pod is placed (a thousand reasons would only cost JSON)
         chosen = Assignment(node=name, gpus=tuple(int(g) for g in gpus), uuids=(), milli=ask.gpu_milli)
-        return Decision(node=name, assignment=chosen, failed=failed, unresolvable=unknown)
+        return Decision(node=name, assignment=chosen, failed={}, unresolvable=unknown)
 
     def _why_not(self, rows: np.ndarray, ask: Ask) -> dict[str, str]:
-        """Why the pod fits none of ``rows``, per node (one reason each, the first that applies)."""
+        """Why the pod fits none of ``rows``, per node: the first reason that applies, worded without
+        the node's own numbers so that kube-scheduler's event counts nodes per reason
+        ("0/1213 nodes are available: 900 kubegpu: no GPU with 1000m free, ...")."""
         state = self._current()
         n = state.nodes
-        count = n.gpu_count[rows]
-        free = n.gpu_free_milli[rows]
         need = ask.gpu_milli if ask.num_gpu == 1 else MILLI
-        short_gpus = count < ask.num_gpu
-        no_room = (free >= need).sum(axis=1) < ask.num_gpu
-        cpu, memory = n.cpu_left_milli[rows], n.memory_left_mib[rows]
-        out: dict[str, str] = {}
-        for i, row in enumerate(rows):
-            k = int(count[i])
-            if short_gpus[i]:
-                why = f"node has {k} GPUs, the pod asks for {ask.num_gpu}"
-            elif no_room[i]:
-                what = (
-                    f"no GPU with {need}m free" if ask.num_gpu == 1 else f"fewer than {ask.num_gpu} free GPUs"
-                )
-                why = f"{what} (free per GPU: {', '.join(f'{int(f)}m' for f in free[i, :k])})"
-            elif cpu[i] < ask.cpu_milli:
-                why = f"{int(cpu[i])}m CPU left, the pod asks for {ask.cpu_milli}m"
-            elif memory[i] < ask.memory_mib:
-                why = f"{int(memory[i])} MiB left, the pod asks for {ask.memory_mib} MiB"
-            else:
-                why = "the placement policy rejected the node"
-            out[state.names[int(row)]] = "kubegpu: " + why
-        return out
+        room = f"no GPU with {need}m free" if ask.num_gpu == 1 else f"fewer than {ask.num_gpu} free GPUs"
+        reasons = (
+            f"kubegpu: node has fewer than {ask.num_gpu} GPUs",
+            f"kubegpu: {room}",
+            f"kubegpu: less than the pod's {ask.cpu_milli}m CPU left",
+            f"kubegpu: less than the pod's {ask.memory_mib} MiB memory left",
+            "kubegpu: the placement policy rejected the node",
+        )
+        code = np.select(
+            [
+                n.gpu_count[rows] < ask.num_gpu,
+                (n.gpu_free_milli[rows] >= need).sum(axis=1) < ask.num_gpu,
+                n.cpu_left_milli[rows] < ask.cpu_milli,
+                n.memory_left_mib[rows] < ask.memory_mib,
+            ],
+            [0, 1, 2, 3],
+            default=4,
+        )
+        names = state.names
+        return {names[int(r)]: reasons[int(c)] for r, c in zip(rows, code, strict=True)}
 
     def _assignment(self, holding: Holding) -> Assignment:
         info = self._nodes.get(holding.node)

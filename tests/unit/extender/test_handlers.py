@@ -38,7 +38,8 @@ def test_filter_with_node_objects_returns_the_chosen_node_object() -> None:
     assert reply["NodeNames"] is None
     assert len(reply["Nodes"]["items"]) == 1
     chosen = reply["Nodes"]["items"][0]["metadata"]["name"]
-    assert set(reply["FailedNodes"]) == {"n1", "n2"} - {chosen}
+    assert chosen in ("n1", "n2")
+    assert reply["FailedNodes"] == {}
 
 
 def test_a_not_synced_extender_errors_rather_than_guessing() -> None:

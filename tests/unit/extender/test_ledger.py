@@ -34,7 +34,7 @@ def test_a_whole_gpu_pod_never_shares() -> None:
     assert place(book, gpu_pod("half", milli=500), ["n1"]) == "n1"
     refused = book.decide(gpu_pod("whole", milli=1000), ["n1"])
     assert refused.node is None
-    assert refused.failed["n1"].startswith("kubegpu: no GPU with 1000m free (free per GPU: 500m)")
+    assert refused.failed["n1"] == "kubegpu: no GPU with 1000m free"
     book2 = ledger([gpu_node("n1", 1)])
     assert place(book2, gpu_pod("whole", gpus=1), ["n1"]) == "n1"
     assert book2.decide(gpu_pod("half", milli=100), ["n1"]).node is None
@@ -45,6 +45,20 @@ def test_only_the_candidates_kube_scheduler_passed_are_used() -> None:
     decision = book.decide(gpu_pod("a", gpus=1), ["n2"])
     assert decision.node == "n2"
     assert dict(decision.failed) == {}
+    assert book.decide(gpu_pod("b", gpus=1), ["n1", "n2"]).failed == {}  # the nodes left out need no reason
+
+
+def test_refusals_name_one_reason_per_node_worded_alike_across_nodes() -> None:
+    book = ledger([gpu_node("a1", 1), gpu_node("a2", 1), gpu_node("b", 8, cpu_milli=1000), gpu_node("c", 2)])
+    place(book, gpu_pod("x1", gpus=1), ["a1"])
+    place(book, gpu_pod("x2", gpus=1), ["a2"])
+    assert book.decide(gpu_pod("big", gpus=2, cpu_milli=4000), ["a1", "a2", "b", "c"]).node == "c"
+    refused = book.decide(gpu_pod("huge", gpus=4, cpu_milli=4000), ["a1", "a2", "b"]).failed
+    assert refused == {
+        "a1": "kubegpu: node has fewer than 4 GPUs",
+        "a2": "kubegpu: node has fewer than 4 GPUs",
+        "b": "kubegpu: less than the pod's 4000m CPU left",
+    }
 
 
 def test_concurrent_filters_and_binds_never_overcommit_a_gpu() -> None:
