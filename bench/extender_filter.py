@@ -144,10 +144,16 @@ def run(data: Path, policy: str, seed: int, inflate: float) -> int:
     expected = [workload.node_names[n] if ok else None for n, ok in zip(sim.node, sim.placed, strict=True)]
     differ = sum(a != b for a, b in zip(chosen, expected, strict=True))
     placed = sum(n is not None for n in chosen)
+    milli = np.array([by_name[workload.pod_names[int(i)]].total_gpu_milli for i in seq])
+    ours = float(milli[[n is not None for n in chosen]].sum()) / total * 100
+    theirs = float(sim.allocated_milli[-1]) / total * 100
 
     print(f"### `kubegpu extender` filter latency, policy `{policy}`, {len(names)} nodes, seed {seed}\n")
     print(f"{len(seq)} pods (inflate {inflate}), {placed} placed, {wall:.1f} s in all; ", end="")
-    print(f"placements different from `kubegpu sim`: {differ}\n")
+    print(
+        f"placements different from `kubegpu sim`: {differ}; GPU allocated at the end: {ours:.2f} % ", end=""
+    )
+    print(f"(`kubegpu sim`: {theirs:.2f} %)\n")
     head = ["arrived GPU demand", "filter calls", "HTTP p50 ms", "HTTP p99 ms", "HTTP max ms"]
     head += ["decision p50 ms", "decision p99 ms"]
     print("| " + " | ".join(head) + " |")

@@ -131,6 +131,7 @@ class Ledger:
         self._lock = threading.RLock()
         self._nodes: dict[str, GpuNode] = {}
         self._holdings: dict[str, Holding] = {}
+        self._next_expiry_s = float("inf")  # no reservation lapses before this (scans are skipped)
         self._state: ClusterState | None = None
         self._rows: dict[str, int] = {}
         self._applied: set[str] = set()  # holdings bound into the current state
@@ -246,6 +247,7 @@ class Ledger:
         if old is not None:
             self._unapply(old)
         self._holdings[holding.uid] = holding
+        self._next_expiry_s = min(self._next_expiry_s, holding.expires_s)
         self._apply(holding)
 
     def _drop(self, uid: str) -> Holding | None:
@@ -256,7 +258,11 @@ class Ledger:
 
     def _expire(self) -> None:
         now = self._clock()
-        for h in [h for h in self._holdings.values() if h.kind is HoldKind.RESERVED and h.expires_s <= now]:
+        if not self._holdings or now < self._next_expiry_s:
+            return
+        reserved = [h for h in self._holdings.values() if h.kind is HoldKind.RESERVED]
+        self._next_expiry_s = min([float("inf"), *(h.expires_s for h in reserved if h.expires_s > now)])
+        for h in [h for h in reserved if h.expires_s <= now]:
             log.info("reservation expired unbound; GPUs given back: %s on %s", h.pod, h.node)
             self._drop(h.uid)
 
