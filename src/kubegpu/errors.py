@@ -24,6 +24,7 @@ single line on stderr and the exit code the class carries; anything else reachin
     ├── ApiServerError            exit 1  an API-server call failed (``status``: HTTP code, 0 unreachable)
     ├── ClaimError                exit 1  the DRA driver cannot prepare a ResourceClaim (the reason
     │                                     reaches the pod's events through kubelet)
+    ├── PlacementError            exit 1  the scheduler extender cannot place or bind a pod (its ask, a node)
     └── ProbeFailed               exit 1  a doctor probe cannot read what a check needs
         └── ClusterUnreachable            the API server cannot be reached, or the credentials fail
 
@@ -47,6 +48,7 @@ __all__ = [
     "KubegpuError",
     "MigApplyError",
     "MigLayoutError",
+    "PlacementError",
     "PodResourcesUnavailable",
     "ProbeFailed",
     "RegistrationFailed",
@@ -146,6 +148,8 @@ class ApiServerError(KubegpuError):
 class ClaimError(KubegpuError):
     """The DRA driver cannot prepare a ResourceClaim: not allocated, replaced, or naming a device this
     node does not publish. kubelet shows the message in the pod's ``FailedPrepareDynamicResources`` event."""
+class PlacementError(KubegpuError):
+    """The scheduler extender cannot place or bind a pod: a GPU ask no node can meet, no room left."""
 
 
 class ProbeFailed(KubegpuError):

@@ -8,12 +8,16 @@ idempotent) are retried on connection errors, 5xx and 429 with a short backoff; 
 once and their caller decides (an eviction answered 429 by a PodDisruptionBudget is retried later by
 the quarantine, never turned into a delete). Failures raise ``ApiServerError`` with the HTTP status.
 
+Watches (``list_objects`` then ``watch`` from its resource version) stream one JSON event per line;
+the caller relists when a watch ends with an error (410 Gone: the version is too old).
+
 Field managers: everything kubegpu writes carries a manager name starting with ``kubegpu``:
 ``kubegpu`` for the node labels (server-side apply of the whole label set), ``kubegpu-quarantine`` for
 the quarantine's condition and taint, ``kubegpu-mig-manager`` for the MIG manager's
 ``nvidia.com/mig.config.state`` label. Separate managers, because a server-side apply removes every field
 its manager applied before and does not apply now: the label writer and the quarantine must not remove
-each other's fields.
+each other's fields. The scheduler extender writes its GPU assignment on pods and their Binding as
+``kubegpu-extender``.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlencode
@@ -32,6 +36,7 @@ from kubegpu.errors import ApiServerError
 
 __all__ = [
     "DRA_FIELD_MANAGER",
+    "EXTENDER_FIELD_MANAGER",
     "FIELD_MANAGER",
     "MIG_FIELD_MANAGER",
     "QUARANTINE_FIELD_MANAGER",
@@ -45,6 +50,7 @@ FIELD_MANAGER = "kubegpu"
 DRA_FIELD_MANAGER = "kubegpu-dra"
 QUARANTINE_FIELD_MANAGER = "kubegpu-quarantine"
 MIG_FIELD_MANAGER = "kubegpu-mig-manager"
+EXTENDER_FIELD_MANAGER = "kubegpu-extender"
 REQUEST_TIMEOUT_S = (3.0, 10.0)  # connect, read
 QUICK_TIMEOUT_S = (1.0, 3.0)
 RETRIES = 3  # attempts of an idempotent call
@@ -209,6 +215,113 @@ class KubeApi:
         """Create a core/v1 Event (tried once: an event is worth less than a retry loop)."""
         path = f"/api/v1/namespaces/{quote(namespace, safe='')}/events"
         return self.request("POST", path, body=event, query={"fieldManager": MIG_FIELD_MANAGER})
+    def pod_path(self, namespace: str, name: str) -> str:
+        return f"/api/v1/namespaces/{quote(namespace, safe='')}/pods/{quote(name, safe='')}"
+
+    def merge_patch_pod(
+        self, namespace: str, name: str, patch: ApiObject, *, field_manager: str
+    ) -> ApiObject | None:
+        """A JSON merge patch of a pod (e.g. its annotations); ``None`` when the pod is gone."""
+        return self.request(
+            "PATCH",
+            self.pod_path(namespace, name),
+            body=patch,
+            query={"fieldManager": field_manager},
+            content_type="application/merge-patch+json",
+        )
+
+    def bind_pod(
+        self,
+        namespace: str,
+        name: str,
+        *,
+        uid: str,
+        node: str,
+        annotations: Mapping[str, str],
+        field_manager: str,
+    ) -> None:
+        """Create the pod's Binding to ``node`` (what kube-scheduler's binder does). The API server
+        copies the Binding's ``annotations`` onto the pod in the same write that sets
+        ``spec.nodeName``, so both land or neither does. The ``uid`` precondition makes it fail (409)
+        for a pod of the same name created since; a pod already bound answers 409 too."""
+        body = {
+            "apiVersion": "v1",
+            "kind": "Binding",
+            "metadata": {"name": name, "namespace": namespace, "uid": uid, "annotations": dict(annotations)},
+            "target": {"apiVersion": "v1", "kind": "Node", "name": node},
+        }
+        found = self.request(
+            "POST",
+            self.pod_path(namespace, name) + "/binding",
+            body=body,
+            query={"fieldManager": field_manager},
+        )
+        if found is None:
+            raise ApiServerError(f"{self.host}: pod {namespace}/{name} is gone; not bound", status=404)
+
+    # -- lists and watches ---------------------------------------------------------------------
+
+    def list_objects(self, path: str, *, field_selector: str | None = None) -> tuple[list[ApiObject], str]:
+        """Every object of a collection (``/api/v1/pods``) and the list's resource version, to watch from."""
+        query: dict[str, str] = {"limit": "500"}
+        if field_selector:
+            query["fieldSelector"] = field_selector
+        items: list[ApiObject] = []
+        version = ""
+        while True:
+            doc = self.request("GET", path, query=query, idempotent=True) or {}
+            items.extend(i for i in doc.get("items", []) if isinstance(i, dict))
+            meta = doc.get("metadata", {}) or {}
+            version = str(meta.get("resourceVersion", version))
+            token = meta.get("continue")
+            if not token:
+                return items, version
+            query["continue"] = str(token)
+
+    def watch(
+        self, path: str, *, resource_version: str, timeout_s: int = 300, field_selector: str | None = None
+    ) -> Iterator[ApiObject]:
+        """The events (``{"type": ADDED|MODIFIED|DELETED|BOOKMARK|ERROR, "object": ...}``) of a
+        collection after ``resource_version``, until the server ends the watch (``timeout_s``).
+        Raises ``ApiServerError`` when the watch cannot start; an ``ERROR`` event (410: version too
+        old) is yielded, and the caller relists."""
+        from urllib3.exceptions import HTTPError
+
+        query = {
+            "watch": "1",
+            "resourceVersion": resource_version,
+            "allowWatchBookmarks": "true",
+            "timeoutSeconds": str(timeout_s),
+        }
+        if field_selector:
+            query["fieldSelector"] = field_selector
+        url_path = path + "?" + urlencode(query)
+        headers = {"Accept": "application/json"}
+        try:
+            ser = self._client.param_serialize(
+                "GET", url_path, header_params=headers, auth_settings=["BearerToken"]
+            )
+            resp = self._client.call_api(*ser, _request_timeout=(REQUEST_TIMEOUT_S[0], timeout_s + 30.0))
+        except Exception as exc:  # connection errors and the client's ApiException alike
+            raise ApiServerError(self._message("GET", path, 0, describe(exc))) from exc
+        raw = resp.response
+        try:
+            if int(resp.status) != 200:
+                text = bytes(raw.read() or b"").decode("utf-8", errors="replace")
+                raise ApiServerError(
+                    self._message("GET", path, int(resp.status), text), status=int(resp.status)
+                )
+            pending = b""
+            for chunk in raw.stream(65536):
+                pending += chunk
+                *lines, pending = pending.split(b"\n")
+                for line in lines:
+                    if line.strip():
+                        yield json.loads(line)
+        except (HTTPError, OSError, ValueError) as exc:
+            raise ApiServerError(self._message("GET", path, 0, f"watch broke: {describe(exc)}")) from exc
+        finally:
+            raw.release_conn()
 
     # -- leases ------------------------------------------------------------------------------------
 

@@ -46,6 +46,10 @@ CASES = [
     ("model/dra.py", "import kubegpu.dra.checkpoint", {"R1", "R2", "R3"}),
     ("sources/nvmlmig.py", "import pynvml", {"R5"}),  # the MIG backend goes through NvmlSource's module
     ("node/migmanager.py", "import kubegpu.agent", {"R3"}),  # the agent composes; the manager calls back
+    ("extender/ledger.py", "import kubegpu.agent", {"R3"}),  # the agent and the extender are siblings
+    ("sim/policy.py", "import kubegpu.extender.ledger", {"R3"}),  # the sim never knows its second engine
+    ("extender/cluster.py", "import kubernetes", {"R7"}),  # the extender talks through kubeapi
+    ("extender/server.py", "import typer", {"R4"}),
 ]
 
 

@@ -33,6 +33,7 @@ COMMAND_MODULES = {
     "doctor": "doctor",
     "agent": "agent",
     "dra": "dra",
+    "extender": "extender",
 }
 
 

@@ -845,6 +845,57 @@ class Rig:
             ],
         )
 
+    # --- extra schedulers (tests that bring their own scheduler profile) --------------------------
+
+    EXTRA_SCHEDULER = "kube-scheduler-extra"
+    EXTRA_SCHEDULER_PORT = 10269  # the rig's own scheduler has 10259
+
+    def start_extra_scheduler(self, config: dict[str, Any], timeout_s: float = 60.0) -> int:
+        """Start a second kube-scheduler from the rig's binary with ``config`` (a
+        KubeSchedulerConfiguration without ``clientConnection``/``leaderElection``, which are added:
+        the rig scheduler's kubeconfig, no leader election). It serves its own ``schedulerName``
+        profiles beside the rig's default scheduler; stop it with ``stop_extra_scheduler``. Returns
+        its PID once ``/healthz`` answers."""
+        name = self.EXTRA_SCHEDULER
+        d = self.paths.component_dir(name)
+        d.mkdir(parents=True, exist_ok=True)
+        kubeconfig = self.paths.component_dir("kube-scheduler") / "kubeconfig"
+        full = {
+            "apiVersion": "kubescheduler.config.k8s.io/v1",
+            "kind": "KubeSchedulerConfiguration",
+            **config,
+            "clientConnection": {"kubeconfig": str(kubeconfig)},
+            "leaderElection": {"leaderElect": False},
+        }
+        (d / "config.yaml").write_text(json.dumps(full, indent=2) + "\n")
+        pid = self._spawn(
+            name,
+            [
+                self.paths.bin("kube-scheduler"),
+                f"--config={d / 'config.yaml'}",
+                f"--authentication-kubeconfig={kubeconfig}",
+                f"--authorization-kubeconfig={kubeconfig}",
+                "--bind-address=127.0.0.1",
+                f"--secure-port={self.EXTRA_SCHEDULER_PORT}",
+                *_gate_flags(),
+                "--v=2",
+            ],
+        )
+
+        def healthy() -> bool:
+            self._check_alive(name)
+            ctx = ssl.create_default_context()
+            ctx.check_hostname, ctx.verify_mode = False, ssl.CERT_NONE  # its self-signed serving cert
+            url = f"https://127.0.0.1:{self.EXTRA_SCHEDULER_PORT}/healthz"
+            with urllib.request.urlopen(url, context=ctx, timeout=2) as r:
+                return bool(r.read().decode().strip() == "ok")
+
+        _wait(f"{name} /healthz", healthy, timeout_s, lambda: self.log_tail(name))
+        return pid
+
+    def stop_extra_scheduler(self) -> None:
+        self.stop(self.EXTRA_SCHEDULER)
+
     def _containerd_config(self) -> str:
         """containerd 2.x, config version 3 (2.4 migrates it to its version 4 in memory at start).
 
@@ -1226,6 +1277,7 @@ state = '{d / "state"}'
         self._delete_pods()
         self.stop("kubelet")
         self._clean_containers()
+        self.stop_extra_scheduler()  # a test's own scheduler, if one was left running
         for name in ("containerd", "kube-scheduler", "kube-controller-manager", "kube-apiserver", "etcd"):
             self.stop(name)
         self._stop_shims()

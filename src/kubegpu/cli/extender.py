@@ -1,0 +1,99 @@
+"""`kubegpu extender`: serve kube-scheduler's extender API with one of the simulator's placement policies.
+
+A thin command: build the ledger (policy, target workload), the API sync and the HTTP server, then
+wait for SIGTERM/SIGINT. Deployment and the KubeSchedulerConfiguration it needs: docs/extender.md.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import sys
+import threading
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+__all__ = ["register"]
+
+
+def register(app: typer.Typer) -> None:
+    @app.command(
+        "extender",
+        epilog="Example: kubegpu extender --listen 127.0.0.1:8888 --kubeconfig ~/.kube/config "
+        "(then point KubeSchedulerConfiguration.extenders at http://127.0.0.1:8888/kubegpu)",
+    )
+    def extender(  # noqa: PLR0917 - typer maps each parameter to a flag
+        listen: Annotated[
+            str, typer.Option("--listen", help="HOST:PORT to serve filter/prioritize/bind and /healthz on.")
+        ] = "127.0.0.1:8888",
+        kubeconfig: Annotated[
+            str | None,
+            typer.Option(
+                "--kubeconfig", help="Kubeconfig file (default: the pod's service account, else $KUBECONFIG)."
+            ),
+        ] = None,
+        policy: Annotated[
+            str,
+            typer.Option(
+                "--policy",
+                help="Placement policy: kubegpu, fgd, bestfit, packing, clustering, dotprod, random.",
+            ),
+        ] = "kubegpu",
+        workload: Annotated[
+            Path | None,
+            typer.Option(
+                "--workload",
+                help="Pod list CSV (the simulator's schema) whose popular shapes define fragmentation; "
+                "default: a half-GPU share and 1, 2, 4, 8 GPUs, equally popular.",
+            ),
+        ] = None,
+        reservation_ttl: Annotated[
+            float,
+            typer.Option("--reservation-ttl", help="Seconds a filter's choice waits for its bind.", min=1.0),
+        ] = 30.0,
+        log_level: Annotated[
+            str, typer.Option("--log-level", help="debug, info, warning or error.")
+        ] = "info",
+    ) -> None:
+        """Run the kube-scheduler extender: per-GPU accounting from the API server, GPU shares
+        (kubegpu.io/gpu-milli), and the placement policy of `kubegpu sim`."""
+        from kubegpu.extender.cluster import ApiBinder, ClusterSync
+        from kubegpu.extender.handlers import Extender
+        from kubegpu.extender.ledger import Ledger
+        from kubegpu.extender.server import ExtenderServer
+        from kubegpu.extender.workload import default_typical, typical_from_file
+        from kubegpu.kubeapi import KubeApi
+        from kubegpu.probes import parse_address
+        from kubegpu.sim.policy import get_policy
+
+        logging.basicConfig(
+            level=getattr(logging, log_level.upper(), logging.INFO),
+            format="%(asctime)s %(levelname)s %(name)s %(message)s",
+            stream=sys.stderr,
+        )
+        parse_address(listen, flag="--listen")  # bad input is refused before anything starts
+        placer = get_policy(policy)
+        typical = typical_from_file(workload) if workload is not None else default_typical()
+        api = KubeApi(kubeconfig=kubeconfig)
+        ledger = Ledger(policy=placer, typical=typical, reservation_ttl_s=reservation_ttl)
+        front = Extender(ledger, ApiBinder(api), ready=False)
+
+        def synced() -> None:
+            ledger.warm_up()
+            front.ready = True
+
+        sync = ClusterSync(api, ledger, on_synced=synced)
+        server = ExtenderServer(front, listen)
+        server.start()
+        sync.start()
+        stop = threading.Event()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda *_: stop.set())
+        typer.echo(
+            f"kubegpu extender: policy {placer.name}, serving on {listen} (port {server.port})", err=True
+        )
+        stop.wait()
+        sync.stop()
+        server.stop()

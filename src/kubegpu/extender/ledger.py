@@ -1,0 +1,536 @@
+"""Per-GPU accounting of the cluster, and the placement decisions the extender makes against it.
+
+Why: kube-scheduler sees ``nvidia.com/gpu`` as a count per node and nothing of shares or of which
+GPU; the extender keeps, per GPU, the milli still free, built from the Node and Pod objects the API
+server reports and the assignment annotations the extender wrote on pods (``assignment.py``). The
+decisions are the simulator's policy objects (``kubegpu.sim.policy``) on a ``ClusterState``: the
+same code ``kubegpu sim`` replays the trace with, so the extender decides as the simulator does.
+
+A pod's claim on a node is a ``Holding``:
+
+* ``RESERVED`` -- the filter chose node and GPUs; the GPUs are taken at once, so the next pod's
+  filter (kube-scheduler filters pod B while pod A still binds) cannot take them again. A
+  reservation no bind confirms within ``reservation_ttl_s`` is given back.
+* ``BINDING`` -- the bind is writing the Binding; it does not expire.
+* ``BOUND`` -- the API server shows the pod on the node (from a watch or a list).
+
+Every method holds one lock, so concurrent filters and binds see one sequence of decisions and a
+GPU's milli is never promised twice. A pod deleted or finished (``Succeeded``/``Failed``) gives its
+share back. Pods bound by another scheduler are accounted too (their CPU and memory; their GPUs,
+which nobody recorded, as the lowest-index GPUs with room, and logged).
+
+The accounting depends only on the nodes and the pods' holdings, so a restarted extender that
+lists the same objects has the same state (``snapshot``).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from enum import StrEnum
+from typing import Any
+
+import numpy as np
+
+from kubegpu.errors import PlacementError
+from kubegpu.extender.ask import Ask, ask_of
+from kubegpu.extender.assignment import Assignment, assignment_of
+from kubegpu.extender.node import GpuNode
+from kubegpu.sim.policy import ClusterState, Order, Placement, PlacementPolicy, Selector, TieMode
+from kubegpu.sim.scoring import MILLI, TypicalShapes
+
+__all__ = ["Decision", "HoldKind", "Holding", "Ledger", "NodeUse"]
+
+log = logging.getLogger(__name__)
+
+TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
+
+
+class HoldKind(StrEnum):
+    RESERVED = "reserved"
+    BINDING = "binding"
+    BOUND = "bound"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Holding:
+    """What one pod takes on one node: its ask and the GPU indices (``ask.gpu_milli`` of each)."""
+
+    uid: str
+    pod: str  # namespace/name, for messages
+    node: str
+    ask: Ask
+    gpus: tuple[int, ...]
+    kind: HoldKind
+    expires_s: float = float("inf")  # monotonic deadline of a reservation
+
+
+@dataclass(frozen=True, kw_only=True)
+class Decision:
+    """The filter's answer: the chosen node (or ``None``) and why every other candidate was refused.
+
+    ``unresolvable`` reasons are ones no preemption can fix (a malformed GPU ask, a node kubegpu does
+    not know); ``failed`` ones are the rest (no room now; another node chosen).
+    """
+
+    node: str | None
+    assignment: Assignment | None
+    failed: Mapping[str, str]
+    unresolvable: Mapping[str, str]
+
+
+@dataclass(frozen=True, kw_only=True)
+class NodeUse:
+    """A node's accounting: per GPU the milli still free, and the CPU and memory left."""
+
+    gpu_free_milli: tuple[int, ...]
+    cpu_left_milli: int
+    memory_left_mib: int
+
+
+def _uid(pod: Mapping[str, Any]) -> str:
+    return str((pod.get("metadata") or {}).get("uid", ""))
+
+
+def _pod_name(pod: Mapping[str, Any]) -> str:
+    meta = pod.get("metadata") or {}
+    return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
+
+
+SCORE_CACHE_SHAPES = 256  # distinct ask shapes whose scores are kept
+
+
+@dataclass(kw_only=True, eq=False)
+class _ScoreCache:
+    score: np.ndarray
+    gpu: np.ndarray
+    stamp: int  # the ledger's change counter when these scores were last brought up to date
+
+
+class Ledger:
+    """The extender's accounting and decisions; thread-safe (one lock). ``clock`` is monotonic seconds."""
+
+    def __init__(
+        self,
+        *,
+        policy: PlacementPolicy,
+        typical: TypicalShapes,
+        reservation_ttl_s: float = 30.0,
+        clock: Callable[[], float] = time.monotonic,
+        seed: int = 0,
+    ) -> None:
+        self.policy = policy
+        self._typical = typical
+        self._ttl_s = reservation_ttl_s
+        self._clock = clock
+        self._seed = seed
+        self._lock = threading.RLock()
+        self._nodes: dict[str, GpuNode] = {}
+        self._holdings: dict[str, Holding] = {}
+        self._next_expiry_s = float("inf")  # no reservation lapses before this (scans are skipped)
+        self._state: ClusterState | None = None
+        self._rows: dict[str, int] = {}
+        self._applied: set[str] = set()  # holdings bound into the current state
+        self._order_key: np.ndarray | None = None
+        # scores per ask shape for every row, rescored only where a row changed since (as the replay does)
+        self._scores: OrderedDict[tuple[int, int, int, int], _ScoreCache] = OrderedDict()
+        self._version = 0
+        self._changed = np.zeros(0, dtype=np.int64)
+        self._tie_rng = np.random.default_rng([seed, 0])
+        self._policy_rng = np.random.default_rng([seed, 1])
+
+    # -- the cluster state -------------------------------------------------------------------------
+
+    def _build(self) -> ClusterState:
+        names = sorted(self._nodes)
+        nodes = [self._nodes[n] for n in names]
+        width = max([1, *(n.gpu_count for n in nodes)])
+        state = ClusterState.build(
+            names=names,
+            cpu_milli=np.array([n.cpu_milli for n in nodes], dtype=np.int64),
+            memory_mib=np.array([n.memory_mib for n in nodes], dtype=np.int64),
+            gpu_count=np.array([n.gpu_count for n in nodes], dtype=np.int64),
+            model_index=np.zeros(len(nodes), dtype=np.int64),
+            typical=self._typical,
+            width=width,
+        )
+        self._state, self._rows, self._applied = state, {n: i for i, n in enumerate(names)}, set()
+        self._order_key = state.crc_key() if self.policy.default_order is Order.CRC else None
+        self._scores.clear()
+        self._version, self._changed = 0, np.zeros(len(names), dtype=np.int64)
+        for holding in sorted(self._holdings.values(), key=lambda h: h.uid):
+            self._apply(holding)
+        return state
+
+    def _current(self) -> ClusterState:
+        return self._state if self._state is not None else self._build()
+
+    def _placement(self, holding: Holding) -> Placement | None:
+        row = self._rows.get(holding.node)
+        if row is None:
+            return None
+        count = self._nodes[holding.node].gpu_count
+        if any(g >= count for g in holding.gpus) or len(holding.gpus) != holding.ask.num_gpu:
+            log.warning(
+                "pod's GPUs are not on its node; its GPUs are not counted: %s on %s",
+                holding.pod,
+                holding.node,
+            )
+            return Placement(node=row, gpus=(), milli=0)
+        return Placement(node=row, gpus=holding.gpus, milli=holding.ask.gpu_milli)
+
+    def _apply(self, holding: Holding) -> None:
+        if self._state is None:
+            return
+        placement = self._placement(holding)
+        if placement is None:
+            return
+        ask = (
+            holding.ask
+            if placement.gpus or not holding.ask.num_gpu
+            else replace(holding.ask, num_gpu=0, gpu_milli=0)
+        )
+        free = self._state.nodes.gpu_free_milli[placement.node]
+        if placement.gpus and (free[list(placement.gpus)] < placement.milli).any():
+            log.warning(
+                "GPU over-committed (the API shows more than it holds): %s on %s", holding.pod, holding.node
+            )
+        self._state.bind(placement, ask.request())
+        self._touch(placement.node)
+        self._applied.add(holding.uid)
+
+    def _unapply(self, holding: Holding) -> None:
+        if self._state is None or holding.uid not in self._applied:
+            return
+        placement = self._placement(holding)
+        if placement is not None:
+            ask = (
+                holding.ask
+                if placement.gpus or not holding.ask.num_gpu
+                else replace(holding.ask, num_gpu=0, gpu_milli=0)
+            )
+            self._state.unbind(placement, ask.request())
+            self._touch(placement.node)
+        self._applied.discard(holding.uid)
+
+    def _touch(self, row: int) -> None:
+        self._version += 1
+        self._changed[row] = self._version
+
+    def _scored(self, state: ClusterState, ask: Ask) -> _ScoreCache:
+        """Every row's score for ``ask``; rows unchanged since the shape was last scored are reused
+        (a row's score depends on that row alone)."""
+        key = (ask.cpu_milli, ask.memory_mib, ask.num_gpu, ask.gpu_milli)
+        entry = self._scores.get(key)
+        if entry is None:
+            result = self.policy.score(state.nodes, ask.request(), state.typical)
+            entry = _ScoreCache(score=result.score.copy(), gpu=result.gpu.copy(), stamp=self._version)
+            self._scores[key] = entry
+            if len(self._scores) > SCORE_CACHE_SHAPES:
+                self._scores.popitem(last=False)
+            return entry
+        self._scores.move_to_end(key)
+        dirty = np.flatnonzero(self._changed > entry.stamp)
+        if dirty.size:
+            result = self.policy.score(state.nodes.take(dirty), ask.request(), state.typical)
+            entry.score[dirty] = result.score
+            entry.gpu[dirty] = result.gpu
+            entry.stamp = self._version
+        return entry
+
+    def _put(self, holding: Holding) -> None:
+        old = self._holdings.get(holding.uid)
+        if old is not None:
+            self._unapply(old)
+        self._holdings[holding.uid] = holding
+        self._next_expiry_s = min(self._next_expiry_s, holding.expires_s)
+        self._apply(holding)
+
+    def _drop(self, uid: str) -> Holding | None:
+        old = self._holdings.pop(uid, None)
+        if old is not None:
+            self._unapply(old)
+        return old
+
+    def _expire(self) -> None:
+        now = self._clock()
+        if not self._holdings or now < self._next_expiry_s:
+            return
+        reserved = [h for h in self._holdings.values() if h.kind is HoldKind.RESERVED]
+        self._next_expiry_s = min([float("inf"), *(h.expires_s for h in reserved if h.expires_s > now)])
+        for h in [h for h in reserved if h.expires_s <= now]:
+            log.info("reservation expired unbound; GPUs given back: %s on %s", h.pod, h.node)
+            self._drop(h.uid)
+
+    # -- nodes -------------------------------------------------------------------------------------
+
+    def upsert_node(self, node: GpuNode) -> None:
+        with self._lock:
+            if self._nodes.get(node.name) != node:
+                self._nodes[node.name] = node
+                self._state = None
+
+    def remove_node(self, name: str) -> None:
+        with self._lock:
+            if self._nodes.pop(name, None) is not None:
+                self._state = None
+
+    def replace_nodes(self, nodes: Iterable[GpuNode]) -> None:
+        with self._lock:
+            fresh = {n.name: n for n in nodes}
+            if fresh != self._nodes:
+                self._nodes, self._state = fresh, None
+
+    # -- pods as the API server reports them -------------------------------------------------------
+
+    def observe_pod(self, pod: Mapping[str, Any]) -> None:
+        """A pod listed or watched: account it where the API says it is (nothing if not bound)."""
+        uid = _uid(pod)
+        if not uid:
+            return
+        with self._lock:
+            phase = str((pod.get("status") or {}).get("phase", ""))
+            node = str((pod.get("spec") or {}).get("nodeName") or "")
+            if phase in TERMINAL_PHASES:
+                self._drop(uid)
+                return
+            if not node:
+                return  # pending: only a reservation of ours (if any) holds anything for it
+            old = self._holdings.get(uid)
+            if old is not None and old.node == node:
+                if old.kind is not HoldKind.BOUND:
+                    self._holdings[uid] = replace(old, kind=HoldKind.BOUND, expires_s=float("inf"))
+                return
+            try:
+                ask = ask_of(pod)
+            except PlacementError as exc:
+                log.warning("pod's resources unreadable; not counted: %s: %s", _pod_name(pod), exc)
+                self._drop(uid)
+                return
+            self._put(
+                Holding(
+                    uid=uid,
+                    pod=_pod_name(pod),
+                    node=node,
+                    ask=ask,
+                    gpus=self._recorded_gpus(pod, node, ask),
+                    kind=HoldKind.BOUND,
+                )
+            )
+
+    def _recorded_gpus(self, pod: Mapping[str, Any], node: str, ask: Ask) -> tuple[int, ...]:
+        if not ask.num_gpu:
+            return ()
+        try:
+            recorded = assignment_of(pod)
+        except PlacementError as exc:
+            log.warning("unreadable GPU assignment on %s: %s", _pod_name(pod), exc)
+            recorded = None
+        info = self._nodes.get(node)
+        if recorded is not None and recorded.node == node:
+            if recorded.uuids and info is not None and info.uuids:
+                index = {u: i for i, u in enumerate(info.uuids)}
+                if all(u in index for u in recorded.uuids):
+                    return tuple(index[u] for u in recorded.uuids)
+            return recorded.gpus
+        return self._guess(pod, node, ask)
+
+    def _guess(self, pod: Mapping[str, Any], node: str, ask: Ask) -> tuple[int, ...]:
+        """GPUs of a pod nobody recorded (another scheduler bound it): the lowest-index ones with room."""
+        state = self._current()
+        row = self._rows.get(node)
+        if row is None:
+            return tuple(range(ask.num_gpu))
+        count = self._nodes[node].gpu_count
+        free = state.nodes.gpu_free_milli[row, :count]
+        need = ask.gpu_milli if ask.num_gpu == 1 and ask.gpu_milli < MILLI else MILLI
+        room = [int(g) for g in np.flatnonzero(free >= need)]
+        chosen = (room + [g for g in range(count) if g not in room])[: ask.num_gpu]
+        log.warning(
+            "pod bound without a kubegpu assignment; assuming GPUs %s: %s on %s", chosen, _pod_name(pod), node
+        )
+        return tuple(chosen)
+
+    def remove_pod(self, uid: str) -> None:
+        """A pod deleted: its share is free again."""
+        with self._lock:
+            self._drop(uid)
+
+    def replace_pods(self, pods: Iterable[Mapping[str, Any]]) -> None:
+        """A full list: pods no longer there are forgotten (our own reservations are kept)."""
+        with self._lock:
+            pods = list(pods)
+            present = {_uid(p) for p in pods}
+            for uid, h in list(self._holdings.items()):
+                if uid not in present and h.kind is HoldKind.BOUND:
+                    self._drop(uid)
+            for p in pods:
+                self.observe_pod(p)
+
+    # -- decisions ---------------------------------------------------------------------------------
+
+    def decide(self, pod: Mapping[str, Any], candidates: Sequence[str]) -> Decision:
+        """The filter: choose a node among ``candidates`` and GPUs on it, and reserve them."""
+        uid = _uid(pod)
+        with self._lock:
+            self._expire()
+            old = self._holdings.get(uid)
+            if old is not None and old.kind is not HoldKind.RESERVED:  # bound, or its bind in flight
+                node = old.node if old.node in candidates else None
+                others = {n: f"kubegpu: pod is placed on {old.node}" for n in candidates if n != old.node}
+                assignment = self._assignment(old) if node else None
+                return Decision(node=node, assignment=assignment, failed=others, unresolvable={})
+            if old is not None:
+                self._drop(uid)  # a new attempt: the earlier choice is void
+            try:
+                ask = ask_of(pod)
+            except PlacementError as exc:
+                reason = f"kubegpu: {exc}"
+                return Decision(
+                    node=None, assignment=None, failed={}, unresolvable=dict.fromkeys(candidates, reason)
+                )
+            choice = self._choose(ask, candidates)
+            if choice.node is None:
+                return choice
+            name, gpus = choice.node, choice.assignment.gpus if choice.assignment else ()
+            holding = Holding(
+                uid=uid,
+                pod=_pod_name(pod),
+                node=name,
+                ask=ask,
+                gpus=gpus,
+                kind=HoldKind.RESERVED,
+                expires_s=self._clock() + self._ttl_s,
+            )
+            self._put(holding)
+            return replace(choice, assignment=self._assignment(holding))
+
+    def preview(self, pod: Mapping[str, Any], candidates: Sequence[str]) -> str | None:
+        """The node ``decide`` would choose now, reserving nothing (for prioritize)."""
+        with self._lock:
+            try:
+                ask = ask_of(pod)
+            except PlacementError:
+                return None
+            return self._choose(ask, candidates).node
+
+    def warm_up(self) -> None:
+        """Score a share and 1, 2, 4, 8 whole GPUs once on every node, reserving nothing: the first
+        real filter then pays neither the lazy imports nor the allocator's first searches."""
+        with self._lock:
+            names = list(self._nodes)
+            for num, milli in ((1, 500), (1, MILLI), (2, MILLI), (4, MILLI), (8, MILLI)):
+                self._choose(Ask(cpu_milli=0, memory_mib=0, num_gpu=num, gpu_milli=milli), names)
+
+    def _choose(self, ask: Ask, candidates: Sequence[str]) -> Decision:
+        state = self._current()
+        known = [n for n in candidates if n in self._rows]
+        unknown = {
+            n: "kubegpu: node not known to the extender yet" for n in candidates if n not in self._rows
+        }
+        if not known:
+            return Decision(node=None, assignment=None, failed={}, unresolvable=unknown)
+        rows = np.array(sorted(self._rows[n] for n in known), dtype=np.int64)
+        request = ask.request()
+        cached = self._scored(state, ask)
+        score, hint = cached.score[rows], cached.gpu[rows]
+        selector = Selector(
+            tie=TieMode.NODE_ORDER,
+            order_key=None if self._order_key is None else self._order_key[rows],
+            tie_rng=self._tie_rng,
+            policy_rng=self._policy_rng,
+        )
+        pick = self.policy.select(score, selector)
+        if pick < 0:
+            return Decision(node=None, assignment=None, failed=self._why_not(rows, ask), unresolvable=unknown)
+        row = int(rows[pick])
+        gpus = self.policy.gpus(state, row, request, int(hint[pick]), self._policy_rng)
+        name = state.names[row]
+        # the other candidates need no reason: a node left out of the answer is simply not feasible,
+        # and with one feasible node the pod is placed (a thousand reasons would only cost JSON)
+        chosen = Assignment(node=name, gpus=tuple(int(g) for g in gpus), uuids=(), milli=ask.gpu_milli)
+        return Decision(node=name, assignment=chosen, failed={}, unresolvable=unknown)
+
+    def _why_not(self, rows: np.ndarray, ask: Ask) -> dict[str, str]:
+        """Why the pod fits none of ``rows``, per node: the first reason that applies, worded without
+        the node's own numbers so that kube-scheduler's event counts nodes per reason
+        ("0/1213 nodes are available: 900 kubegpu: no GPU with 1000m free, ...")."""
+        state = self._current()
+        n = state.nodes
+        need = ask.gpu_milli if ask.num_gpu == 1 else MILLI
+        room = f"no GPU with {need}m free" if ask.num_gpu == 1 else f"fewer than {ask.num_gpu} free GPUs"
+        reasons = (
+            f"kubegpu: node has fewer than {ask.num_gpu} GPUs",
+            f"kubegpu: {room}",
+            f"kubegpu: less than the pod's {ask.cpu_milli}m CPU left",
+            f"kubegpu: less than the pod's {ask.memory_mib} MiB memory left",
+            "kubegpu: the placement policy rejected the node",
+        )
+        code = np.select(
+            [
+                n.gpu_count[rows] < ask.num_gpu,
+                (n.gpu_free_milli[rows] >= need).sum(axis=1) < ask.num_gpu,
+                n.cpu_left_milli[rows] < ask.cpu_milli,
+                n.memory_left_mib[rows] < ask.memory_mib,
+            ],
+            [0, 1, 2, 3],
+            default=4,
+        )
+        names = state.names
+        return {names[int(r)]: reasons[int(c)] for r, c in zip(rows, code, strict=True)}
+
+    def _assignment(self, holding: Holding) -> Assignment:
+        info = self._nodes.get(holding.node)
+        uuids = tuple(info.uuids[g] for g in holding.gpus) if info is not None and info.uuids else ()
+        return Assignment(node=holding.node, gpus=holding.gpus, uuids=uuids, milli=holding.ask.gpu_milli)
+
+    def begin_bind(self, uid: str, node: str) -> Assignment | None:
+        """The bind starts: the pod's reservation on ``node`` stops expiring and its assignment is
+        returned; ``None`` when there is none (then ``decide(pod, [node])`` first)."""
+        with self._lock:
+            self._expire()
+            h = self._holdings.get(uid)
+            if h is None or h.node != node:
+                return None
+            if h.kind is HoldKind.RESERVED:
+                self._holdings[uid] = h = replace(h, kind=HoldKind.BINDING, expires_s=float("inf"))
+            return self._assignment(h)
+
+    def end_bind(self, uid: str, *, ok: bool) -> None:
+        """The Binding was written (``ok``) or refused: a refused bind gives the GPUs back."""
+        with self._lock:
+            h = self._holdings.get(uid)
+            if h is None or h.kind is not HoldKind.BINDING:
+                return
+            if ok:
+                self._holdings[uid] = replace(h, kind=HoldKind.BOUND)
+            else:
+                self._drop(uid)
+
+    # -- reads -------------------------------------------------------------------------------------
+
+    def holding(self, uid: str) -> Holding | None:
+        with self._lock:
+            return self._holdings.get(uid)
+
+    def snapshot(self) -> dict[str, NodeUse]:
+        """Every node's accounting (what a restarted extender must rebuild exactly)."""
+        with self._lock:
+            state = self._current()
+            n = state.nodes
+            return {
+                name: NodeUse(
+                    gpu_free_milli=tuple(int(f) for f in n.gpu_free_milli[row, : int(n.gpu_count[row])]),
+                    cpu_left_milli=int(n.cpu_left_milli[row]),
+                    memory_left_mib=int(n.memory_left_mib[row]),
+                )
+                for row, name in enumerate(state.names)
+            }
+
+    def node_count(self) -> int:
+        with self._lock:
+            return len(self._nodes)
