@@ -148,6 +148,8 @@ class ApiServerError(KubegpuError):
 class ClaimError(KubegpuError):
     """The DRA driver cannot prepare a ResourceClaim: not allocated, replaced, or naming a device this
     node does not publish. kubelet shows the message in the pod's ``FailedPrepareDynamicResources`` event."""
+
+
 class PlacementError(KubegpuError):
     """The scheduler extender cannot place or bind a pod: a GPU ask no node can meet, no room left."""
 

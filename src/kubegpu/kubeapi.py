@@ -215,6 +215,7 @@ class KubeApi:
         """Create a core/v1 Event (tried once: an event is worth less than a retry loop)."""
         path = f"/api/v1/namespaces/{quote(namespace, safe='')}/events"
         return self.request("POST", path, body=event, query={"fieldManager": MIG_FIELD_MANAGER})
+
     def pod_path(self, namespace: str, name: str) -> str:
         return f"/api/v1/namespaces/{quote(namespace, safe='')}/pods/{quote(name, safe='')}"
 
