@@ -157,76 +157,146 @@ def allocated(cluster: Cluster, ns: str, name: str) -> list[str]:
     return [r["device"] for r in results]
 
 
-def test_a_claim_for_nvlink_connected_gpus_runs_with_exactly_those_gpus(
-    cluster: Cluster, rig: Rig, start_dra: StartDra
-) -> None:
-    driver = start_dra()
+def gpus_of(cluster: Cluster, ns: str, name: str) -> set[int]:
+    return {int(d.removeprefix("gpu-")) for d in allocated(cluster, ns, name)}
+
+
+def run_claim(cluster: Cluster, ns: str, name: str, count: int, *, clique: bool = True) -> set[int]:
+    """A claim and a pod using it; waits until the pod runs and returns the GPUs allocated."""
+    cluster.apply(in_ns(claim(name, count, clique=clique), ns))
+    cluster.apply(in_ns(claim_pod(name, name), ns))
+    cluster.wait_running(ns, name, timeout_s=120)
+    return gpus_of(cluster, ns, name)
+
+
+def release(rig: Rig, ns: str, name: str) -> None:
+    rig.kubectl("delete", "pod", "-n", ns, name, "--wait=true", "--timeout=60s")
+    rig.kubectl("delete", "resourceclaim", "-n", ns, name, "--wait=true", "--timeout=60s")
+
+
+def spec_file(cluster: Cluster, ns: str, name: str) -> Path:
+    uid = cluster.get("resourceclaim", name, ns)["metadata"]["uid"]
+    return CDI_SPEC_DIRS[-1] / f"kubegpu.io-gpu_{uid}.json"
+
+
+def test_nvlink_claims_on_seed_8gpu(cluster: Cluster, rig: Rig, start_dra: StartDra) -> None:
+    start_dra()
     by_uuid = gpu_index_by_uuid(SEED)
     ns = cluster.namespace("dra")
 
-    # Two GPUs of one NVLink clique: the pod gets exactly the two the scheduler allocated.
-    cluster.apply(in_ns(claim("pair", 2), ns))
-    cluster.apply(in_ns(claim_pod("pair", "pair"), ns))
-    cluster.wait_running(ns, "pair", timeout_s=120)
-    env = cluster.env(ns, "pair")
-    visible = [by_uuid[u] for u in env["NVIDIA_VISIBLE_DEVICES"].split(",")]
-    assert sorted(f"gpu-{i}" for i in visible) == sorted(allocated(cluster, ns, "pair"))
-    assert any(set(visible) <= g for g in GROUPS), visible
-    listed = [line for line in cluster.logs(ns, "pair").splitlines() if line.startswith("GPU ")]
-    assert len(listed) == 2, listed  # the simulated nvidia-smi sees what CDI made visible
+    # (6) Five GPUs all pairwise NVLink-connected do not exist on this node: Pending, and the doctor
+    # says which constraint no node can meet.
+    cluster.apply(in_ns(claim("five", 5), ns))
+    cluster.apply(in_ns(claim_pod("five", "five"), ns))
+    cluster.wait_event(ns, "five", "FailedScheduling", "", timeout_s=60)
+    assert cluster.pod_phase(ns, "five") == "Pending"
+    why = doctor_claims(rig, ns, "five")
+    assert "matchAttribute gpu.kubegpu.io/nvlinkClique cannot be met" in why["summary"], why
+    assert "most free devices sharing one is 4" in why["summary"]
+    release(rig, ns, "five")
 
-    # kubelet shows each device's health in the pod's status (DRAResourceHealth), and an XID 79 on one
-    # of the pod's GPUs turns it Unhealthy there, while the GPU leaves the slice.
-    uid = cluster.get("resourceclaim", "pair", ns)["metadata"]["uid"]
-    ids = {i: f"kubegpu.io/gpu={uid}-dev-gpu-{i}" for i in visible}
+    # GPUs 0 and 1 held by a claim: the pod sees exactly those two (CDI env), as does its nvidia-smi.
+    held = run_claim(cluster, ns, "held", 2)
+    assert held == {0, 1}
+    env = cluster.env(ns, "held")
+    assert {by_uuid[u] for u in env["NVIDIA_VISIBLE_DEVICES"].split(",")} == held
+    listed = [line for line in cluster.logs(ns, "held").splitlines() if line.startswith("GPU ")]
+    assert len(listed) == 2, listed
+
+    # (3) GPUs 2-7 free, a claim for 2 in one clique: a pair inside one group (the fuller one).
+    pair = run_claim(cluster, ns, "pair", 2)
+    assert any(pair <= g for g in GROUPS) and pair == {2, 3}, pair
+
+    # (8) The pod ends: kubelet unprepares the claim, the driver removes its CDI spec, and the devices
+    # go to the next claim.
+    pair_spec = spec_file(cluster, ns, "pair")
+    assert pair_spec.exists()
+    release(rig, ns, "pair")
+    wait_until(f"{pair_spec} removed after unprepare", lambda: not pair_spec.exists(), 60)
+
+    # (2) GPUs 0 and 1 held, a claim for 4 NVLink-connected GPUs: 4, 5, 6, 7.
+    assert run_claim(cluster, ns, "quad", 4) == {4, 5, 6, 7}
+    assert run_claim(cluster, ns, "again", 2) == {2, 3}  # (8) the freed pair, reused
+
+
+def test_driver_and_kubelet_restarts_keep_prepared_claims(
+    cluster: Cluster, rig: Rig, start_dra: StartDra
+) -> None:
+    driver = start_dra()
+    ns = cluster.namespace("dra-restart")
+    kept = run_claim(cluster, ns, "kept", 2)
+    env = cluster.env(ns, "kept")["NVIDIA_VISIBLE_DEVICES"]
+    container = cluster.get("pod", "kept", ns)["status"]["containerStatuses"][0]["containerID"]
+    kept_spec = spec_file(cluster, ns, "kept")
+
+    driver.stop()  # an upgrade of the driver: its checkpoint keeps the claim
+    start_dra()
+    assert kept_spec.exists()
+
+    # (7) kubelet restarts: it wipes the node's slices (the driver re-creates them) and registers the
+    # driver again; the running pod keeps its GPUs, and new claims still work.
+    rig.restart_kubelet()
+    rig.wait_node_ready(timeout_s=60)
     wait_until(
-        "the pod's status to show both devices Healthy",
-        lambda: resource_health(cluster, ns, "pair"),
-        90,
-        accept=lambda h: all(h.get(r) == "Healthy" for r in ids.values()),
+        "the slice back after kubelet's restart",
+        lambda: slices(rig),
+        60,
+        accept=lambda s: len(s) == 1 and len(s[0]["spec"]["devices"]) == 8,
     )
-    failed = visible[0]
+    status = cluster.get("pod", "kept", ns)["status"]
+    assert status["phase"] == "Running"
+    assert status["containerStatuses"][0]["containerID"] == container
+    assert status["containerStatuses"][0]["restartCount"] == 0
+    assert cluster.env(ns, "kept")["NVIDIA_VISIBLE_DEVICES"] == env
+    fresh = run_claim(cluster, ns, "fresh", 4)
+    assert not fresh & kept and fresh in GROUPS
+
+    release(rig, ns, "kept")  # unprepared through the restarted driver
+    wait_until(f"{kept_spec} removed", lambda: not kept_spec.exists(), 60)
+
+
+def test_a_gpu_fault_withdraws_it_and_recovery_restores_it(
+    cluster: Cluster, rig: Rig, start_dra: StartDra
+) -> None:
+    driver = start_dra()
+    ns = cluster.namespace("dra-health")
+    watched = sorted(run_claim(cluster, ns, "watched", 2))
+    uid = cluster.get("resourceclaim", "watched", ns)["metadata"]["uid"]
+    ids = {i: f"kubegpu.io/gpu={uid}-dev-gpu-{i}" for i in watched}
+
+    def health() -> dict[str, str]:
+        return resource_health(cluster, ns, "watched")
+
+    def published() -> list[str]:
+        return [d["name"] for d in slices(rig)[0]["spec"]["devices"]]
+
+    # kubelet shows each device's health in the pod's status (DRAResourceHealth).
+    wait_until("both devices Healthy in the pod's status", health, 90,
+               accept=lambda h: all(h.get(r) == "Healthy" for r in ids.values()))  # fmt: skip
+    # (9) an XID 79 on one of them: Unhealthy there, and it leaves the slice ...
+    failed, other = watched
     driver.fault(json.dumps({"gpu": failed, "xid": 79}))
     wait_until(
-        f"gpu-{failed} Unhealthy in the pod's status",
-        lambda: resource_health(cluster, ns, "pair"),
+        f"gpu-{failed} Unhealthy",
+        health,
         90,
-        accept=lambda h: h.get(ids[failed]) == "Unhealthy" and h.get(ids[visible[1]]) == "Healthy",
+        accept=lambda h: h.get(ids[failed]) == "Unhealthy" and h.get(ids[other]) == "Healthy",
     )
-    wait_until(
-        f"gpu-{failed} to leave the slice",
-        lambda: [d["name"] for d in slices(rig)[0]["spec"]["devices"]],
-        30,
-        accept=lambda names: f"gpu-{failed}" not in names and len(names) == 7,
-    )
+    wait_until(f"gpu-{failed} out of the slice", published, 30,
+               accept=lambda n: f"gpu-{failed}" not in n and len(n) == 7)  # fmt: skip
+    # ... and recovery restores both.
+    driver.fault(json.dumps({"gpu": failed, "healthy": True}))
+    wait_until(f"gpu-{failed} back in the slice", published, 30, accept=lambda n: len(n) == 8)
+    wait_until(f"gpu-{failed} Healthy again", health, 90, accept=lambda h: h.get(ids[failed]) == "Healthy")
 
-    # Four in one clique: only the other group has four free, so that is where the claim must land.
-    cluster.apply(in_ns(claim("quad", 4), ns))
-    cluster.apply(in_ns(claim_pod("quad", "quad"), ns))
-    cluster.wait_running(ns, "quad", timeout_s=120)
-    quad = {int(d.removeprefix("gpu-")) for d in allocated(cluster, ns, "quad")}
-    assert quad in GROUPS and not quad & set(visible)
 
-    # Three in one clique cannot fit anywhere now: the real scheduler says so.
-    cluster.apply(in_ns(claim("three", 3), ns))
-    cluster.apply(in_ns(claim_pod("three", "three"), ns))
-    cluster.wait_event(ns, "three", "FailedScheduling", "", timeout_s=60)
-    assert cluster.pod_phase(ns, "three") == "Pending"
-    # ... and kubegpu doctor says why: two healthy GPUs are free, three are asked for
-    claims = doctor_claims(rig, ns, "three")
-    assert claims["status"] == "fail", claims
-    assert "needs 3 device(s)" in claims["summary"] and "most: 2 on kubegpu-rig" in claims["summary"]
-
-    # The driver restarts (an upgrade): the running pods' claims stay prepared, from its checkpoint.
-    spec_file = CDI_SPEC_DIRS[-1] / f"kubegpu.io-gpu_{uid}.json"
-    assert spec_file.exists()
-    driver.stop()
-    start_dra(devices=7)  # the fault file still says XID 79 for that GPU
-    assert spec_file.exists()
-
-    # The pod ends: kubelet unprepares the claim and the restarted driver removes its CDI spec.
-    rig.kubectl("delete", "pod", "-n", ns, "pair", "--wait=true", "--timeout=60s")
-    wait_until(f"{spec_file} removed after unprepare", lambda: not spec_file.exists(), 60)
+def test_dgx1_claim_for_four_fully_nvlinked_gpus_gets_one_quad(
+    cluster: Cluster, rig: Rig, start_dra: StartDra
+) -> None:
+    # (4) The hybrid cube mesh is one NVLink domain of 8, but only its quads are fully connected.
+    start_dra(spec="builtin:dgx1-v100")
+    ns = cluster.namespace("dra-dgx1")
+    assert run_claim(cluster, ns, "quad", 4) in ({0, 1, 2, 3}, {4, 5, 6, 7})
 
 
 def test_slices_come_back_when_deleted_and_go_when_the_driver_is_uninstalled(
@@ -255,24 +325,36 @@ def devices_of(spec: str) -> list[dict[str, Any]]:
     return found
 
 
-def test_a_mig_profile_claim_gets_one_mig_device(cluster: Cluster, rig: Rig, start_dra: StartDra) -> None:
-    published = devices_of(MIG_SPEC)
-    mig = {d["name"]: d for d in published if d["attributes"]["type"]["string"] == "mig"}
-    profile = next(iter(mig.values()))["attributes"]["profile"]["string"]
+def test_mig_profile_and_memory_claims_on_h100_mig_mixed(
+    cluster: Cluster, rig: Rig, start_dra: StartDra
+) -> None:
+    published = {d["name"]: d for d in devices_of(MIG_SPEC)}
     start_dra(spec=MIG_SPEC, devices=len(published))
     ns = cluster.namespace("dra-mig")
-    c = claim("slice", 1, clique=False)
-    request = c["spec"]["devices"]["requests"][0]["exactly"]
-    request["deviceClassName"] = "mig.kubegpu.io"
-    request["selectors"] = [{"cel": {"expression": f'device.attributes["{DRIVER}"].profile == "{profile}"'}}]
-    cluster.apply(in_ns(c, ns))
-    cluster.apply(in_ns(claim_pod("slice", "slice"), ns))
-    cluster.wait_running(ns, "slice", timeout_s=120)
-    [device] = allocated(cluster, ns, "slice")
-    assert device in mig and mig[device]["attributes"]["profile"]["string"] == profile
-    env = cluster.env(ns, "slice")
-    assert env["NVIDIA_VISIBLE_DEVICES"] == mig[device]["attributes"]["uuid"]["string"]
-    assert env["NVIDIA_VISIBLE_DEVICES"].startswith("MIG-")
+
+    def selected(name: str, device_class: str, expression: str) -> dict[str, Any]:
+        c = claim(name, 1, clique=False)
+        request = c["spec"]["devices"]["requests"][0]["exactly"]
+        request["deviceClassName"] = device_class
+        request["selectors"] = [{"cel": {"expression": expression}}]
+        cluster.apply(in_ns(c, ns))
+        cluster.apply(in_ns(claim_pod(name, name), ns))
+        cluster.wait_running(ns, name, timeout_s=120)
+        [device] = allocated(cluster, ns, name)
+        got = published[device]
+        # (1) the pod sees exactly the allocated device's UUID
+        assert cluster.env(ns, name)["NVIDIA_VISIBLE_DEVICES"] == got["attributes"]["uuid"]["string"]
+        return got
+
+    # (5) a 2g.20gb MIG device by CEL selector
+    mig = selected("mig", "mig.kubegpu.io", f'device.attributes["{DRIVER}"].profile == "2g.20gb"')
+    assert mig["attributes"]["profile"]["string"] == "2g.20gb"
+    assert mig["attributes"]["uuid"]["string"].startswith("MIG-")
+    # (5) and a device with at least 40 GiB: the whole H100 (the 3g.40gb instance has 39.5 GiB)
+    big = selected(
+        "big", "gpu.kubegpu.io", f'device.capacity["{DRIVER}"].memory.compareTo(quantity("40Gi")) >= 0'
+    )
+    assert big["attributes"]["type"]["string"] == "gpu"
 
 
 def run_sequence(cluster: Cluster, rig: Rig, ns: str, *, reorders: bool) -> dict[str, set[int]]:
