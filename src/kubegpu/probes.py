@@ -21,7 +21,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from kubegpu.errors import InputError
 
-__all__ = ["Check", "EndpointServer", "ProbeServer", "Reply", "parse_address"]
+__all__ = ["Check", "EndpointServer", "ProbeServer", "QuietHandler", "Reply", "get_handler", "parse_address"]
 
 log = logging.getLogger(__name__)
 
@@ -45,15 +45,37 @@ class Reply:
     body: bytes
 
 
-class EndpointServer:
-    """A small HTTP server on a daemon thread: ``respond(path)`` answers every GET (the query string is
-    dropped). Shared by the health endpoint and ``/metrics``; requests are not logged (kubelet and
-    Prometheus ask every few seconds), and a port that cannot be bound is one ``InputError`` naming
-    ``flag``."""
+class QuietHandler(BaseHTTPRequestHandler):
+    """A request handler that logs nothing (probes and scrapers ask every few seconds)."""
 
-    def __init__(self, address: str, *, flag: str, name: str, respond: Callable[[str], Reply]) -> None:
+    def log_message(self, format: str, *args: object) -> None:
+        del format, args
+
+
+def get_handler(respond: Callable[[str], Reply]) -> type[BaseHTTPRequestHandler]:
+    """A handler answering every GET with ``respond(path)`` (the query string dropped)."""
+
+    class Handler(QuietHandler):
+        def do_GET(self) -> None:
+            reply = respond(self.path.split("?", 1)[0])
+            self.send_response(reply.status)
+            self.send_header("Content-Type", reply.content_type)
+            self.send_header("Content-Length", str(len(reply.body)))
+            self.end_headers()
+            self.wfile.write(reply.body)
+
+    return Handler
+
+
+class EndpointServer:
+    """A small HTTP server on a daemon thread, shared by the health endpoint, ``/metrics`` and the
+    scheduler extender. ``handler`` is the request handler class (``get_handler(respond)`` for a GET
+    responder; subclass ``QuietHandler`` so requests are not logged). A port that cannot be bound is
+    one ``InputError`` naming ``flag``."""
+
+    def __init__(self, address: str, *, flag: str, name: str, handler: type[BaseHTTPRequestHandler]) -> None:
         self._host, self._port = parse_address(address, flag=flag)
-        self._flag, self._name, self._respond = flag, name, respond
+        self._flag, self._name, self._handler = flag, name, handler
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
 
@@ -63,23 +85,13 @@ class EndpointServer:
         assert self._server is not None
         return int(self._server.server_address[1])
 
+    @property
+    def address(self) -> str:
+        return f"{self._host}:{self._port}"
+
     def start(self) -> None:
-        respond = self._respond
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                reply = respond(self.path.split("?", 1)[0])
-                self.send_response(reply.status)
-                self.send_header("Content-Type", reply.content_type)
-                self.send_header("Content-Length", str(len(reply.body)))
-                self.end_headers()
-                self.wfile.write(reply.body)
-
-            def log_message(self, format: str, *args: object) -> None:
-                del format, args
-
         try:
-            self._server = ThreadingHTTPServer((self._host, self._port), Handler)
+            self._server = ThreadingHTTPServer((self._host, self._port), self._handler)
         except OSError as exc:
             raise InputError(
                 f"{self._flag} {self._host}:{self._port}: cannot listen: {exc.strerror or exc}"
@@ -110,7 +122,7 @@ class ProbeServer:
         self._checks = {"/healthz": healthz, "/readyz": readyz}
         self._address = address
         self._endpoint = EndpointServer(
-            address, flag="--health-address", name="probes", respond=self._respond
+            address, flag="--health-address", name="probes", handler=get_handler(self._respond)
         )
 
     @property

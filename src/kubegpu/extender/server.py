@@ -12,14 +12,11 @@ from __future__ import annotations
 import json
 import logging
 import socket
-import threading
 from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from kubegpu.errors import InputError
 from kubegpu.extender.handlers import Extender
-from kubegpu.probes import parse_address
+from kubegpu.probes import EndpointServer, QuietHandler
 
 __all__ = ["MAX_BODY_BYTES", "ExtenderServer"]
 
@@ -33,24 +30,23 @@ class ExtenderServer:
 
     def __init__(self, extender: Extender, address: str) -> None:
         self._extender = extender
-        self._host, self._port = parse_address(address, flag="--listen")
-        self._server: ThreadingHTTPServer | None = None
-        self._thread: threading.Thread | None = None
+        self._endpoint = EndpointServer(
+            address, flag="--listen", name="extender-http", handler=self._handler()
+        )
 
     @property
     def port(self) -> int:
-        assert self._server is not None
-        return int(self._server.server_address[1])
+        return self._endpoint.port
 
     def _verbs(self) -> dict[str, Callable[[Any], object]]:
         e = self._extender
         return {"filter": e.filter, "prioritize": e.prioritize, "bind": e.bind}
 
-    def start(self) -> None:
+    def _handler(self) -> type[QuietHandler]:
         verbs = self._verbs()
         extender = self._extender
 
-        class Handler(BaseHTTPRequestHandler):
+        class Handler(QuietHandler):
             protocol_version = "HTTP/1.1"  # keep-alive: kube-scheduler reuses its connection
 
             def setup(self) -> None:
@@ -99,25 +95,11 @@ class ExtenderServer:
                     log.exception("extender verb failed: %s", self.path[:80])
                     self._send(200, {"Error": f"kubegpu: internal error: {exc}"})
 
-            def log_message(self, format: str, *args: object) -> None:
-                del format, args
+        return Handler
 
-        try:
-            self._server = ThreadingHTTPServer((self._host, self._port), Handler)
-        except OSError as exc:
-            raise InputError(
-                f"--listen {self._host}:{self._port}: cannot listen: {exc.strerror or exc}"
-            ) from exc
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, name="extender-http", daemon=True)
-        self._thread.start()
-        log.info("extender serving on %s:%s", self._host, self.port)
+    def start(self) -> None:
+        self._endpoint.start()
+        log.info("extender serving on %s (port %s)", self._endpoint.address, self.port)
 
     def stop(self) -> None:
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            self._server = None
-        if self._thread is not None:
-            self._thread.join(timeout=2)
-            self._thread = None
+        self._endpoint.stop()

@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from kubegpu.probes import EndpointServer, Reply
+from kubegpu.probes import EndpointServer, Reply, get_handler
 
 __all__ = ["CONTENT_TYPE", "MetricsServer"]
 
@@ -26,7 +26,7 @@ class MetricsServer:
         self._body = body
         self._address = address
         self._endpoint = EndpointServer(
-            address, flag="--metrics-address", name="metrics", respond=self._respond
+            address, flag="--metrics-address", name="metrics", handler=get_handler(self._respond)
         )
 
     @property
