@@ -71,7 +71,7 @@ from kubegpu.errors import InputError, KubegpuError, RegistrationFailed, SourceE
 from kubegpu.health.tracker import HealthTracker
 from kubegpu.model.event import GpuEvent
 from kubegpu.model.migplan import MigBackend
-from kubegpu.model.node import Node
+from kubegpu.model.node import Node, uuid_aliases
 from kubegpu.node.labels import DriverVersions, LabelInputs, MigMode, SharingMode, node_labels
 from kubegpu.podresources.client import DEFAULT_POD_RESOURCES_SOCKET
 from kubegpu.probes import ProbeServer
@@ -223,9 +223,7 @@ class Agent:
 
     @staticmethod
     def _aliases(node: Node) -> dict[str, int]:
-        aliases: dict[str, int] = {str(g.uuid): g.index for g in node.gpus}
-        aliases.update({str(m.uuid): g.index for g in node.gpus for m in g.mig_instances})
-        return aliases
+        return uuid_aliases(node)
 
     @classmethod
     def _tracker(cls, node: Node, config: AgentConfig) -> HealthTracker:

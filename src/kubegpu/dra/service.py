@@ -40,7 +40,7 @@ from kubegpu.model.dra import (
     order_devices,
 )
 from kubegpu.model.event import GpuEvent
-from kubegpu.model.node import Node
+from kubegpu.model.node import Node, sysfs_bus_id, uuid_aliases
 from kubegpu.sources.faults import FaultFileFollower
 
 __all__ = [
@@ -90,11 +90,8 @@ class DraOptions:
 def pcie_root(bus_id: str, sysfs: Path = Path("/sys")) -> str | None:
     """The PCIe root complex of a GPU (``pci0000:15``) from sysfs, as ``resource.kubernetes.io/pcieRoot``
     wants it; ``None`` when sysfs does not know the device (simulated GPUs)."""
-    text = bus_id.lower()
-    domain, _, rest = text.partition(":")
-    bdf = f"{domain[-4:]}:{rest}" if rest else text
     try:
-        real = (sysfs / "bus/pci/devices" / bdf).resolve(strict=True)
+        real = (sysfs / "bus/pci/devices" / sysfs_bus_id(bus_id)).resolve(strict=True)
     except OSError:
         return None
     for part in real.parts:
@@ -163,8 +160,7 @@ class DraService:
         self._all_devices: Sequence[DraDevice] = dra_devices(
             node, driver_version=driver_version, pcie_roots=roots, include=lambda g: served.serves(g.index)
         )
-        aliases = {str(g.uuid): g.index for g in node.gpus}
-        aliases.update({str(m.uuid): g.index for g in node.gpus for m in g.mig_instances})
+        aliases = uuid_aliases(node)
         self.tracker = HealthTracker(
             gpu_count=len(node.gpus), aliases=aliases, policy=health or HealthPolicy()
         )

@@ -12,7 +12,17 @@ from typing import NewType
 
 from kubegpu.model.topology import Topology
 
-__all__ = ["UUID_MAX", "Gpu", "GpuUuid", "MigInstance", "Node", "NodeName", "uuid_problem"]
+__all__ = [
+    "UUID_MAX",
+    "Gpu",
+    "GpuUuid",
+    "MigInstance",
+    "Node",
+    "NodeName",
+    "sysfs_bus_id",
+    "uuid_aliases",
+    "uuid_problem",
+]
 
 GpuUuid = NewType("GpuUuid", str)
 NodeName = NewType("NodeName", str)
@@ -65,3 +75,18 @@ class Node:
     name: str
     gpus: tuple[Gpu, ...]
     topology: Topology | None
+
+
+def uuid_aliases(node: Node) -> dict[str, int]:
+    """Every UUID on the node (GPUs and their MIG instances) -> the index of its GPU: how health events
+    and kubelet's device IDs are traced back to a physical GPU."""
+    aliases: dict[str, int] = {str(g.uuid): g.index for g in node.gpus}
+    aliases.update({str(m.uuid): g.index for g in node.gpus for m in g.mig_instances})
+    return aliases
+
+
+def sysfs_bus_id(bus_id: str) -> str:
+    """``00000000:3B:00.0`` (NVML) -> ``0000:3b:00.0`` (sysfs); also the form compared between GPUs."""
+    text = bus_id.lower()
+    domain, _, rest = text.partition(":")
+    return f"{domain[-4:]}:{rest}" if rest else text

@@ -31,7 +31,7 @@ from kubegpu.errors import KubegpuError, SourceError
 from kubegpu.model.event import GpuEvent, GpuEventKind
 from kubegpu.model.gpu import CATALOGUE, GpuModel
 from kubegpu.model.mig import profiles as mig_profiles
-from kubegpu.model.node import Gpu, GpuUuid, MigInstance, Node
+from kubegpu.model.node import Gpu, GpuUuid, MigInstance, Node, sysfs_bus_id
 from kubegpu.model.sample import GpuSample, MemoryUse
 from kubegpu.model.topology import Link, LinkKind, Topology
 
@@ -194,13 +194,6 @@ def _text(value: object) -> str:
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
 
 
-def _sysfs_bus_id(bus_id: str) -> str:
-    """``00000000:3B:00.0`` (NVML) -> ``0000:3b:00.0`` (sysfs); also the form compared between GPUs."""
-    text = bus_id.lower()
-    domain, _, rest = text.partition(":")
-    return f"{domain[-4:]}:{rest}" if rest else text
-
-
 def _catalogue(product: str) -> tuple[str, GpuModel | None]:
     """The catalogue entry whose NVML product name is ``product``, else the bare product name."""
     for key, model in CATALOGUE.items():
@@ -215,7 +208,7 @@ def _memory_use(info: Any) -> MemoryUse:
 
 def _numa_node(bus_id: str, sysfs: Path) -> int | None:
     try:
-        value = int((sysfs / "bus/pci/devices" / _sysfs_bus_id(bus_id) / "numa_node").read_text().strip())
+        value = int((sysfs / "bus/pci/devices" / sysfs_bus_id(bus_id) / "numa_node").read_text().strip())
     except (OSError, ValueError):
         return None
     return value if value >= 0 else None
@@ -374,7 +367,7 @@ class NvmlSource:
             try:
                 if nv.nvmlDeviceGetNvLinkState(handle, link) != nv.NVML_FEATURE_ENABLED:
                     continue
-                remote = _sysfs_bus_id(_text(nv.nvmlDeviceGetNvLinkRemotePciInfo(handle, link).busId))
+                remote = sysfs_bus_id(_text(nv.nvmlDeviceGetNvLinkRemotePciInfo(handle, link).busId))
             except nv.NVMLError:
                 continue
             kind = None
@@ -405,7 +398,7 @@ class NvmlSource:
                     if i == j:
                         row.append(Link(kind=LinkKind.SELF))
                         continue
-                    nvlinks = lanes[i][0].get(_sysfs_bus_id(gpus[j].pci_bus_id), 0)
+                    nvlinks = lanes[i][0].get(sysfs_bus_id(gpus[j].pci_bus_id), 0)
                     if nvlinks == 0 and lanes[i][1] and lanes[j][1]:
                         nvlinks = min(lanes[i][1], lanes[j][1])  # both on the NVSwitch fabric
                     if nvlinks:
