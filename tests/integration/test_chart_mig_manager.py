@@ -9,15 +9,11 @@ from typing import Any
 
 from kubegpu.deviceplugin.config import load_config
 from kubegpu.sources.migparted import load_mig_parted, parse_mig_parted
-from tests.integration.test_chart_prepull import CHART, REPO, helm, render
+from tests.integration.chart import CHART, REPO, by_kind, helm, render
 
 __all__ = ["helm"]  # the fixture, re-used
 
 ON = "migManager.enabled=true"
-
-
-def by_kind(docs: list[dict[str, Any]], kind: str) -> dict[str, dict[str, Any]]:
-    return {d["metadata"]["name"]: d for d in docs if d["kind"] == kind}
 
 
 def rules(docs: list[dict[str, Any]]) -> set[tuple[str, str]]:

@@ -4,43 +4,20 @@ then a pause container, tolerating the GPU taints, on the agent's nodes unless t
 
 from __future__ import annotations
 
-import os
 import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
+from tests.integration.chart import CHART, helm, render
 from tests.unit.plan.k8s_schema import problems
+
+__all__ = ["helm"]  # the fixture, re-used
 
 pytestmark = pytest.mark.integration
 
-REPO = Path(__file__).resolve().parents[2]
-CHART = REPO / "deploy/helm/kubegpu"
-CACHE = Path(os.environ.get("KUBEGPU_RIG_CACHE") or Path.home() / ".cache/kubegpu-rig")
-HELM = next(iter(sorted(CACHE.glob("bin/helm-*/helm"))), None)
 IMAGES = ["nvcr.io/nvidia/pytorch:24.05-py3", "registry.example/team/vllm:0.6"]
-
-
-@pytest.fixture
-def helm() -> Path:
-    """helm from the rig cache (`make helm`): skip loudly, fail in CI."""
-    if HELM is None:
-        reason = f"NOT RUN: helm is not built in {CACHE}: run `make helm` (deploy/tools/build-helm.sh)"
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail(reason, pytrace=False)
-        pytest.skip(reason)
-    return HELM
-
-
-def render(helm: Path, *sets: str) -> list[dict[str, Any]]:
-    argv = [str(helm), "template", "kubegpu", str(CHART), "--namespace", "kubegpu"]
-    for s in sets:
-        argv += ["--set", s]
-    proc = subprocess.run(argv, capture_output=True, text=True, check=False)
-    assert proc.returncode == 0, proc.stderr
-    return [d for d in yaml.safe_load_all(proc.stdout) if d]
 
 
 def daemonsets(docs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:

@@ -5,7 +5,6 @@ simulated one's agent arguments and ConfigMaps start the real agent, which becom
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import socket
 import subprocess
@@ -22,15 +21,16 @@ import yaml
 
 from kubegpu.deviceplugin.config import load_config
 from kubegpu.sources.spec import load_node
+from tests.integration.chart import helm
 from tests.integration.conftest import AgentProcess
 from tests.integration.kubelet_double import KubeletDouble
+
+__all__ = ["helm"]  # the fixture, re-used
 
 pytestmark = pytest.mark.integration
 
 REPO = Path(__file__).resolve().parents[2]
 MANIFESTS = {"real": REPO / "deploy/kubegpu.yaml", "simulated": REPO / "deploy/kubegpu-simulated.yaml"}
-CACHE = Path(os.environ.get("KUBEGPU_RIG_CACHE") or Path.home() / ".cache/kubegpu-rig")
-HELM = next(iter(sorted(CACHE.glob("bin/helm-*/helm"))), None)
 PLUGIN_DIR = "/var/lib/kubelet/device-plugins"
 
 
@@ -46,17 +46,6 @@ def _container(which: str) -> dict[str, Any]:
     [ds] = _objects(which)["DaemonSet"]
     [container] = ds["spec"]["template"]["spec"]["containers"]
     return container
-
-
-@pytest.fixture
-def helm() -> Path:
-    """helm from the rig cache (`make helm`; `make test` builds it first): skip loudly, fail in CI."""
-    if HELM is None:
-        reason = f"NOT RUN: helm is not built in {CACHE}: run `make helm` (deploy/tools/build-helm.sh)"
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail(reason, pytrace=False)
-        pytest.skip(reason)
-    return HELM
 
 
 def test_the_checked_in_manifests_are_what_the_chart_renders_and_the_chart_lints_clean(helm: Path) -> None:
