@@ -6,8 +6,9 @@ import copy
 from typing import Any
 
 from kubegpu.errors import ApiServerError
+from kubegpu.model.node import Gpu, GpuUuid, Node
 
-__all__ = ["Api"]
+__all__ = ["Api", "big"]
 
 
 class Api:
@@ -52,3 +53,19 @@ class Api:
     def delete_resource_slice(self, name: str) -> None:
         self.writes.append("delete " + name)
         del self.slices[name]
+
+
+def big(n: int) -> Node:
+    """A node of ``n`` H100s without topology, for slice-size limits."""
+    gpus = tuple(
+        Gpu(
+            index=i,
+            uuid=GpuUuid(f"GPU-{i:08d}"),
+            model="H100-80GB",
+            memory_mib=81559,
+            numa_node=None,
+            pci_bus_id="",
+        )
+        for i in range(n)
+    )
+    return Node(name="big", gpus=gpus, topology=None)

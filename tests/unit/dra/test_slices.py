@@ -4,24 +4,8 @@ from __future__ import annotations
 
 from kubegpu.dra.slices import SliceKeeper, SlicePublisher
 from kubegpu.model.dra import DRIVER_NAME, dra_devices
-from kubegpu.model.node import Gpu, GpuUuid, Node
 from kubegpu.sources.spec import load_node
-from tests.unit.dra.fakes import Api
-
-
-def big(n: int) -> Node:
-    gpus = tuple(
-        Gpu(
-            index=i,
-            uuid=GpuUuid(f"GPU-{i:08d}"),
-            model="H100-80GB",
-            memory_mib=81559,
-            numa_node=None,
-            pci_bus_id="",
-        )
-        for i in range(n)
-    )
-    return Node(name="big", gpus=gpus, topology=None)
+from tests.unit.dra.fakes import Api, big
 
 
 def test_first_publish_creates_generation_1_and_repeating_writes_nothing() -> None:

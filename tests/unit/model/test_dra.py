@@ -27,8 +27,9 @@ from kubegpu.model.dra import (
     resource_slices,
     semver,
 )
-from kubegpu.model.node import Gpu, GpuUuid, Node
+from kubegpu.model.node import GpuUuid, Node
 from kubegpu.sources.spec import load_node
+from tests.unit.dra.fakes import big
 
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 
@@ -115,23 +116,8 @@ def test_semver(text: str, expected: str | None) -> None:
     assert semver(text) == expected
 
 
-def _big_node(n: int) -> Node:
-    gpus = tuple(
-        Gpu(
-            index=i,
-            uuid=GpuUuid(f"GPU-{i:08d}"),
-            model="H100-80GB",
-            memory_mib=81559,
-            numa_node=None,
-            pci_bus_id="",
-        )
-        for i in range(n)
-    )
-    return Node(name="big", gpus=gpus, topology=None)
-
-
 def test_slices_hold_at_most_128_devices_and_all_share_one_generation() -> None:
-    devices = dra_devices(_big_node(MAX_DEVICES_PER_SLICE + 5))
+    devices = dra_devices(big(MAX_DEVICES_PER_SLICE + 5))
     slices = resource_slices(node_name="n1", node_uid="u-1", devices=devices, generation=7)
     assert [len(s["spec"]["devices"]) for s in slices] == [128, 5]
     for s in slices:
