@@ -236,6 +236,28 @@ def _mig_memory_mib(gpu: Gpu, instance: MigInstance) -> int:
     return p.memory_gb * 1000 * 1000 * 1000 // (1024 * 1024)
 
 
+def _device(
+    gpu: Gpu,
+    common: Sequence[tuple[str, Attribute]],
+    *,
+    name: str,
+    kind: DeviceKind,
+    uuid: str,
+    memory_mib: int,
+    extra: Sequence[tuple[str, Attribute]] = (),
+) -> DraDevice:
+    attrs = (
+        ("type", Attribute(kind=AttributeKind.STRING, value=kind.value)),
+        ("uuid", Attribute(kind=AttributeKind.STRING, value=uuid)),
+        ("index", Attribute(kind=AttributeKind.INT, value=gpu.index)),
+        *extra,
+        *common,
+    )
+    return DraDevice(
+        name=name, kind=kind, gpu_index=gpu.index, uuid=uuid, memory_mib=memory_mib, attributes=attrs
+    )
+
+
 def dra_devices(
     node: Node,
     *,
@@ -261,41 +283,30 @@ def dra_devices(
             pcie_root=roots.get(gpu.index),
         )
         if not gpu.mig_enabled:
-            attrs = [
-                ("type", Attribute(kind=AttributeKind.STRING, value=DeviceKind.GPU.value)),
-                ("uuid", Attribute(kind=AttributeKind.STRING, value=str(gpu.uuid))),
-                ("index", Attribute(kind=AttributeKind.INT, value=gpu.index)),
-                *common,
-            ]
-            out.append(
-                DraDevice(
-                    name=f"gpu-{gpu.index}",
-                    kind=DeviceKind.GPU,
-                    gpu_index=gpu.index,
-                    uuid=str(gpu.uuid),
-                    memory_mib=gpu.memory_mib,
-                    attributes=tuple(attrs),
-                )
+            whole = _device(
+                gpu,
+                common,
+                name=f"gpu-{gpu.index}",
+                kind=DeviceKind.GPU,
+                uuid=str(gpu.uuid),
+                memory_mib=gpu.memory_mib,
             )
+            out.append(whole)
             continue
         for inst in sorted(gpu.mig_instances, key=lambda m: m.start_slot):
-            attrs = [
-                ("type", Attribute(kind=AttributeKind.STRING, value=DeviceKind.MIG.value)),
-                ("uuid", Attribute(kind=AttributeKind.STRING, value=str(inst.uuid))),
-                ("index", Attribute(kind=AttributeKind.INT, value=gpu.index)),
-                ("profile", Attribute(kind=AttributeKind.STRING, value=inst.profile)),
-                ("parentUUID", Attribute(kind=AttributeKind.STRING, value=str(gpu.uuid))),
-                ("parentIndex", Attribute(kind=AttributeKind.INT, value=gpu.index)),
-                *common,
-            ]
             out.append(
-                DraDevice(
+                _device(
+                    gpu,
+                    common,
                     name=f"gpu-{gpu.index}-mig-{_dns_part(inst.profile)}-{inst.start_slot}",
                     kind=DeviceKind.MIG,
-                    gpu_index=gpu.index,
                     uuid=str(inst.uuid),
                     memory_mib=_mig_memory_mib(gpu, inst),
-                    attributes=tuple(attrs),
+                    extra=(
+                        ("profile", Attribute(kind=AttributeKind.STRING, value=inst.profile)),
+                        ("parentUUID", Attribute(kind=AttributeKind.STRING, value=str(gpu.uuid))),
+                        ("parentIndex", Attribute(kind=AttributeKind.INT, value=gpu.index)),
+                    ),
                 )
             )
     return tuple(out)
