@@ -242,8 +242,8 @@ def check_extender_binds_a_gpu_pod(cluster: Cluster, ns: str, request: pytest.Fi
         assert share["milli"] == 500 and share["gpus"] != doc["gpus"], (share, doc)
         say(
             request.config,
-            f"[e2e] deploy: chart extender Ready {t_ready:.1f} s; "
-            f"two pods bound through it {time.monotonic() - t0 - t_ready:.1f} s later",
+            f"[e2e] deploy: chart extender Ready {t_ready:.1f} s after the agent's labels; "
+            f"two GPU pods bound through it in {time.monotonic() - t0 - t_ready:.1f} s",
         )
         cluster.delete_namespace(pods_ns)
     except BaseException:
