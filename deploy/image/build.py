@@ -25,8 +25,9 @@ Steps:
    whose own entries are written the same way, so the same inputs give the same bytes and the same
    digest. The config's ``created`` is SOURCE_DATE_EPOCH too.
 4. Before the archive is written, the root file system is checked by running ``kubegpu agent --help``
-   in it (``chroot``, when run as root), and ``kubegpu.metrics.exporter`` is imported (``--metrics-address``
-   loads it lazily), so a missing library or wheel fails the build.
+   in it (``chroot``, when run as root), and ``kubegpu.metrics.exporter`` and the extender's modules
+   are imported (``--metrics-address`` and ``kubegpu extender`` load them lazily), so a missing library
+   or wheel fails the build.
 
 The image runs as user 65532 (``nonroot``) by default; the DaemonSet overrides that with
 ``runAsUser: 0`` because kubelet's device-plugin directory is root-owned 0750 (docs/deploy.md).
@@ -409,9 +410,14 @@ def _smoke(entries: dict[str, Entry], work: Path) -> None:
     )
     if proc.returncode != 0 or "--node-spec" not in proc.stdout:
         raise BuildError(f"`kubegpu agent --help` fails inside the image:\n{proc.stderr.strip()[-3000:]}")
-    # --metrics-address (on in the chart) imports prometheus-client only when used: import it here.
+    # --metrics-address (on in the chart) imports prometheus-client only when used, and `kubegpu
+    # extender` (the chart's extender.enabled) its modules and numpy only when run: import them here.
+    imports = (
+        "import kubegpu.metrics.exporter, kubegpu.extender.cluster, kubegpu.extender.server, "
+        "kubegpu.sim.policy"
+    )
     proc = subprocess.run(
-        [*argv, "/usr/bin/python3", "-c", "import kubegpu.metrics.exporter"],
+        [*argv, "/usr/bin/python3", "-c", imports],
         capture_output=True,
         text=True,
         env=env,
@@ -419,9 +425,10 @@ def _smoke(entries: dict[str, Entry], work: Path) -> None:
     )
     if proc.returncode != 0:
         raise BuildError(
-            f"the agent's metrics cannot be imported inside the image:\n{proc.stderr.strip()[-3000:]}"
+            "the agent's metrics or the extender cannot be imported inside the image:\n"
+            + proc.stderr.strip()[-3000:]
         )
-    log("checked: `kubegpu agent --help` runs and its metrics import inside the image as user 65532")
+    log("checked: `kubegpu agent --help` runs, the metrics and the extender import, as user 65532")
     # The pre-pull DaemonSet runs busybox, copied under the name `true`, inside other images.
     (root / "prepull").mkdir()
     true = root / "prepull/true"

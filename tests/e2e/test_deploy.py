@@ -1,6 +1,8 @@
 """kubegpu deployed as users deploy it: the image (`make image`) imported into the rig's containerd, the
 agent as a DaemonSet from the plain manifest and from the Helm chart, in simulated mode (seed-8gpu) on
-the rig's node, talking to the real kubelet; GPU pods from the rig's busybox image.
+the rig's node, talking to the real kubelet; GPU pods from the rig's busybox image. The chart's install
+also runs `kubegpu extender` (extender.enabled) and a second kube-scheduler from the chart's own
+KubeSchedulerConfiguration, which binds a GPU pod through it.
 
 Each test removes what it installed (release, manifest, node label) and waits until the agent's
 sockets are gone, so the host-process agent tests that follow start from a clean plugin directory.
@@ -20,9 +22,20 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
-from tests.e2e.conftest import Cluster, in_ns, kubegpu_argv, pod, prebuilt_helm, say, wait_until
+from tests.e2e.conftest import (
+    Cluster,
+    free_port,
+    in_ns,
+    kubegpu_argv,
+    pod,
+    prebuilt_helm,
+    say,
+    wait_until,
+)
 from tests.e2e.rig.rig import APISERVER_PORT, DEVICE_PLUGIN_DIR, NODE_NAME, Rig, node_ip
+from tests.e2e.test_extender import assignment, gpu_pod
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
 
@@ -32,6 +45,8 @@ CHART = REPO / "deploy/helm/kubegpu"
 SIM_LABEL = "kubegpu.io/simulated-gpus"
 GPU = "nvidia.com/gpu"
 SELECTOR = "app.kubernetes.io/name=kubegpu"
+AGENT_SELECTOR = f"{SELECTOR},app.kubernetes.io/component=agent"
+EXTENDER_SELECTOR = f"{SELECTOR},app.kubernetes.io/component=extender"
 SMI_COMMAND = (
     "nvidia-smi -L; echo KUBEGPU_VISIBLE=$NVIDIA_VISIBLE_DEVICES; echo KUBEGPU_ENV_END=1; sleep 3600"
 )
@@ -90,8 +105,8 @@ def _agent_sockets() -> list[str]:
     )
 
 
-def _agent_pods(cluster: Cluster, ns: str) -> list[dict[str, Any]]:
-    out = cluster.rig.kubectl("get", "pods", "-n", ns, "-l", SELECTOR, "-o", "json").stdout
+def _agent_pods(cluster: Cluster, ns: str, selector: str = AGENT_SELECTOR) -> list[dict[str, Any]]:
+    out = cluster.rig.kubectl("get", "pods", "-n", ns, "-l", selector, "-o", "json").stdout
     items: list[dict[str, Any]] = json.loads(out)["items"]
     return [p for p in items if not p["metadata"].get("deletionTimestamp")]
 
@@ -182,8 +197,65 @@ def _helm(helm: str, rig: Rig, *args: str) -> str:
     return proc.stdout
 
 
+def extender_values(port: int, api: list[dict[str, str]]) -> list[str]:
+    """The chart's extender as a kubeadm-like cluster needs it: the rig's kube-scheduler runs on the host
+    without cluster DNS or kube-proxy (no Service name or ClusterIP reaches a pod), so the extender
+    takes the host network on the rig's node and the scheduler config names the node's address."""
+    return [
+        "--set",
+        "extender.enabled=true",
+        "--set",
+        "extender.hostNetwork=true",
+        "--set",
+        f"extender.nodeAddress={node_ip()}",
+        "--set",
+        f"extender.port={port}",
+        "--set",
+        f"extender.nodeSelector.kubernetes\\.io/hostname={NODE_NAME}",
+        "--set-json",
+        f"extender.extraEnv={json.dumps(api)}",
+    ]
+
+
+def check_extender_binds_a_gpu_pod(cluster: Cluster, ns: str, request: pytest.FixtureRequest) -> None:
+    """The chart's extender, Ready, run by a kube-scheduler with the chart's own scheduler config, binds
+    a `schedulerName: kubegpu` GPU pod with its assignment (its RBAC and image are enough for that)."""
+    t0 = time.monotonic()
+    wait_until(
+        "the kubegpu extender pod Running and Ready (its first list of nodes and pods in)",
+        lambda: _agent_pods(cluster, ns, EXTENDER_SELECTOR),
+        120,
+        accept=lambda ps: len(ps) == 1 and _ready(ps[0]),
+    )
+    t_ready = time.monotonic() - t0
+    cm = cluster.get("configmap", "kubegpu-extender-scheduler", ns)
+    config = yaml.safe_load(cm["data"]["scheduler-config.yaml"])
+    rig = cluster.rig
+    rig.start_extra_scheduler(config)  # unchanged: the urlPrefix is the chart's
+    try:
+        pods_ns = cluster.namespace("ext")
+        cluster.apply(gpu_pod("via-chart", pods_ns, gpus=1))
+        doc = assignment(cluster, pods_ns, "via-chart")
+        assert doc["milli"] == 1000 and len(doc["gpus"]) == 1, doc
+        cluster.apply(gpu_pod("share-via-chart", pods_ns, milli=500))
+        share = assignment(cluster, pods_ns, "share-via-chart")
+        assert share["milli"] == 500 and share["gpus"] != doc["gpus"], (share, doc)
+        say(
+            request.config,
+            f"[e2e] deploy: chart extender Ready {t_ready:.1f} s after the agent's labels; "
+            f"two GPU pods bound through it in {time.monotonic() - t0 - t_ready:.1f} s",
+        )
+        cluster.delete_namespace(pods_ns)
+    except BaseException:
+        print(rig.kubectl("logs", "-n", ns, "-l", EXTENDER_SELECTOR, "--tail=60", check=False).stdout)
+        print(rig.log_tail(rig.EXTRA_SCHEDULER, 60))
+        raise
+    finally:
+        rig.stop_extra_scheduler()
+
+
 def test_helm_install_time_slices_upgrade_changes_replicas_live_and_uninstall_leaves_nothing(
-    cluster: Cluster, kubegpu_image: str, helm: str, sim_node: None
+    cluster: Cluster, kubegpu_image: str, helm: str, sim_node: None, request: pytest.FixtureRequest
 ) -> None:
     del kubegpu_image, sim_node
     rig = cluster.rig
@@ -195,12 +267,13 @@ def test_helm_install_time_slices_upgrade_changes_replicas_live_and_uninstall_le
         {"name": "KUBERNETES_SERVICE_HOST", "value": node_ip()},
         {"name": "KUBERNETES_SERVICE_PORT", "value": str(APISERVER_PORT)},
     ]
-    base += ["--set-json", f"extraEnv={json.dumps(api)}"]
+    base += ["--set-json", f"extraEnv={json.dumps(api)}", *extender_values(free_port(), api)]
     _helm(helm, rig, "install", "kubegpu", str(CHART), "--create-namespace", *base, *four)
     try:
         agent = wait_agent_ready(cluster, ns)
         cluster.wait_resource(GPU, allocatable=32, timeout_s=90)
         wait_label(cluster, "nvidia.com/gpu.replicas", "4")
+        check_extender_binds_a_gpu_pod(cluster, ns, request)
         # the agent watches its mounted ConfigMap; kubelet syncs the volume within about a minute
         _helm(helm, rig, "upgrade", "kubegpu", str(CHART), *base, "--set", "sharing.timeSlicing.replicas=2")
         cluster.wait_resource(GPU, allocatable=16, timeout_s=240)
@@ -211,18 +284,22 @@ def test_helm_install_time_slices_upgrade_changes_replicas_live_and_uninstall_le
     finally:
         _helm(helm, rig, "uninstall", "kubegpu", "--namespace", ns, "--wait")
     wait_gone(cluster)
-    left = rig.kubectl(
-        "get",
-        "all,configmap,serviceaccount",
-        "-n",
-        ns,
-        "-l",
-        "app.kubernetes.io/instance=kubegpu",
-        "-o",
-        "name",
-    ).stdout.split()
+
+    def left() -> list[str]:  # the extender's pod is deleted after its Deployment (garbage collection)
+        return rig.kubectl(
+            "get",
+            "all,configmap,serviceaccount",
+            "-n",
+            ns,
+            "-l",
+            "app.kubernetes.io/instance=kubegpu",
+            "-o",
+            "name",
+        ).stdout.split()
+
+    wait_until("nothing of the release left in its namespace", left, 60, accept=lambda names: names == [])
     roles = rig.kubectl("get", "clusterrole,clusterrolebinding", "-l", SELECTOR, "-o", "name").stdout.split()
-    assert left == [] and roles == [], (left, roles)
+    assert roles == [], roles
     rig.kubectl("delete", "namespace", ns, "--wait=true", check=False, timeout_s=150)
 
 
