@@ -39,7 +39,12 @@ def shares(
         extra_args=["--node-name", NODE_NAME, "--kubeconfig", str(rig.paths.kubeconfig)],
     )
     cluster.wait_resource("nvidia.com/gpu", allocatable=GPUS)
-    cluster.wait_resource("kubegpu.io/gpu-milli", allocatable=GPUS * 1000)
+    wait_until(  # the API server writes 8000 as 8k
+        "node kubegpu.io/gpu-milli allocatable 8000",
+        lambda: cluster.node_resources()[1].get("kubegpu.io/gpu-milli"),
+        60,
+        accept=lambda v: v in (str(GPUS * 1000), f"{GPUS}k"),
+    )
     node: dict[str, Any] = wait_until(
         f"the agent's {UUIDS} annotation on the node",
         lambda: cluster.get("node", NODE_NAME),
