@@ -417,7 +417,9 @@ class Agent:
         quarantine an earlier run recorded back into the tracker first (before health events flow)."""
         config, node, tracker = self.config, self.node, self.tracker
         assert config is not None and node is not None and tracker is not None
-        if self._hygiene is not None or not (config.node_labels or config.quarantine.enabled):
+        if self._hygiene is not None or not (
+            config.node_labels or config.quarantine.enabled or config.fractional
+        ):
             return
         if not node.gpus:
             return  # nothing to label or quarantine (failOnInitError=false: reload() comes back here)
