@@ -33,6 +33,7 @@ import logging
 import os
 import tempfile
 import threading
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from decimal import Decimal, InvalidOperation
@@ -336,6 +337,7 @@ class ShareBroker:
         matches (the message reaches the pod's events), or ``check(claim)`` says why its GPU cannot
         be given (unhealthy, not shared by this agent); nothing is recorded then."""
         with self._lock:
+            started = time.perf_counter()
             try:
                 pods = self._pods()
             except KubegpuError as exc:
@@ -344,6 +346,7 @@ class ShareBroker:
                     f"{MILLI_RESOURCE}: cannot list the pods on node {self.node_name} to find whose share "
                     f"this is: {clip(str(exc), limit=300)}",
                 ) from exc
+            listed_s = time.perf_counter() - started
             claims = self._claims(pods)
             claim = pick(claims, milli)
             if claim is None:
@@ -381,6 +384,8 @@ class ShareBroker:
                     "uuid": claim.uuid,
                     "milli": claim.milli,
                     "same_milli_waiting_elsewhere": [f"{c.namespace}/{c.pod}" for c in tied],
+                    "pods_listed": len(pods),
+                    "list_ms": round(listed_s * 1000, 2),
                 },
             )
             return claim
