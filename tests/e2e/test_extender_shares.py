@@ -9,8 +9,10 @@ environment, so the test reads what the container really got.
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -26,14 +28,26 @@ GPUS = 8
 UUIDS = "kubegpu.io/gpu-uuids"
 
 
+@dataclass
+class Shares:
+    uuids: list[str]  # the node's GPUs, as the agent published them
+    agent: AgentProcess
+
+    def handouts(self) -> list[dict[str, Any]]:
+        """The agent's `share handed out` log records."""
+        lines = self.agent.log_path.read_text(errors="replace").splitlines()
+        records = [json.loads(line) for line in lines if line.startswith("{")]
+        return [r for r in records if r.get("msg") == "share handed out"]
+
+
 @pytest.fixture
 def shares(
     rig: Rig, cluster: Cluster, start_agent: Callable[..., AgentProcess], tmp_path: Path
-) -> Iterator[list[str]]:
-    """The agent with shares on, the extender and its scheduler; yields the node's GPU UUIDs."""
+) -> Iterator[Shares]:
+    """The agent with shares on, the extender and its scheduler."""
     config = tmp_path / "agent.yaml"
     config.write_text("version: v1\nkubegpu:\n  fractional: true\n")
-    start_agent(
+    agent = start_agent(
         "builtin:seed-8gpu",
         config=config,
         extra_args=["--node-name", NODE_NAME, "--kubeconfig", str(rig.paths.kubeconfig)],
@@ -56,7 +70,7 @@ def shares(
     ext.start()
     try:
         rig.start_extra_scheduler(scheduler_config(f"http://127.0.0.1:{ext.port}/kubegpu"))
-        yield uuids
+        yield Shares(uuids=uuids, agent=agent)
     finally:
         rig.stop_extra_scheduler()
         ext.stop()
@@ -71,14 +85,15 @@ def share_pod(name: str, ns: str, *, milli: int = 0, gpus: int = 0) -> dict[str,
 
 
 def test_two_half_gpu_pods_get_the_same_gpu_uuid_and_a_third_another(
-    cluster: Cluster, shares: list[str], request: pytest.FixtureRequest
+    cluster: Cluster, shares: Shares, request: pytest.FixtureRequest
 ) -> None:
+    uuids = shares.uuids
     ns = cluster.namespace("shares")
     t0 = time.monotonic()
     for name in ("half-a", "half-b"):
         cluster.apply(share_pod(name, ns, milli=500))
     a, b = assignment(cluster, ns, "half-a"), assignment(cluster, ns, "half-b")
-    assert a["gpus"] == b["gpus"] and a["uuids"] == b["uuids"] == [shares[a["gpus"][0]]]
+    assert a["gpus"] == b["gpus"] and a["uuids"] == b["uuids"] == [uuids[a["gpus"][0]]]
     shared = a["uuids"][0]
     for name in ("half-a", "half-b"):
         env = cluster.env(ns, name)
@@ -100,10 +115,22 @@ def test_two_half_gpu_pods_get_the_same_gpu_uuid_and_a_third_another(
     # a whole-GPU pod: kubelet picks the device, the agent's preferred choice leaves out shared GPUs
     cluster.apply(share_pod("device", ns, gpus=1))
     visible = cluster.env(ns, "device").get("NVIDIA_VISIBLE_DEVICES")
-    assert visible in shares and visible not in (shared, c["uuids"][0], w["uuids"][0])
+    assert visible in uuids and visible not in (shared, c["uuids"][0], w["uuids"][0])
+
+    # what each container got, as the agent recorded it, and what finding the pod cost (one LIST)
+    got = {r["pod"].split("/")[1]: r for r in shares.handouts()}
+    assert {n: got[n]["uuid"] for n in ("half-a", "half-b", "half-c")} == {
+        "half-a": shared,
+        "half-b": shared,
+        "half-c": c["uuids"][0],
+    }
+    lists = sorted(float(r["list_ms"]) for r in got.values())
+    say(
+        request.config, f"[e2e] shares: LIST of the node's pods per Allocate: {', '.join(map(str, lists))} ms"
+    )
 
 
-def test_a_share_without_an_assignment_fails_with_a_reason(cluster: Cluster, shares: list[str]) -> None:
+def test_a_share_without_an_assignment_fails_with_a_reason(cluster: Cluster, shares: Shares) -> None:
     del shares
     ns = cluster.namespace("shares")
     obj = in_ns(pod("stray", resources={"kubegpu.io/gpu-milli": 300}), ns)
