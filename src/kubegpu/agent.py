@@ -38,6 +38,11 @@
     (``kubegpu.node.migmanager``) follows the node label ``nvidia.com/mig.config``; a repartition it
     applies is served through ``reload(node=...)``, the same all-or-nothing swap as a config reload,
     so the new MIG resources reach kubelet without a restart (docs/mig.md, "The MIG manager").
+15. with ``kubegpu.fractional`` it also serves ``kubegpu.io/gpu-milli`` (1000 devices per whole GPU)
+    and, with the same node name and API access, hands each share's container the GPU that
+    ``kubegpu extender`` chose for its pod (``deviceplugin/shares.py``, docs/extender.md); the hand-outs
+    are kept in ``<plugin dir>/kubegpu-state/shares.json``. The node labels' apply also publishes the
+    GPUs' UUIDs (annotation ``kubegpu.io/gpu-uuids``), fractional or not.
 
 The plugin directory is made absolute once, when the agent is built (gRPC's ``unix://`` needs it).
 """
@@ -60,7 +65,7 @@ from typing import TYPE_CHECKING
 from kubegpu.backoff import Backoff, describe
 from kubegpu.deviceplugin import nvidia_smi
 from kubegpu.deviceplugin.config import AgentConfig, SharingKind, load_config
-from kubegpu.deviceplugin.inventory import Inventory, Resource, build_inventory
+from kubegpu.deviceplugin.inventory import GPU_RESOURCE, Inventory, Resource, ResourceKind, build_inventory
 from kubegpu.deviceplugin.kubelet_socket import SocketIdentity, socket_identity
 from kubegpu.deviceplugin.plugin import ResourcePlugin
 from kubegpu.deviceplugin.response import MountSpec
@@ -78,6 +83,7 @@ from kubegpu.probes import ProbeServer
 from kubegpu.sources.faults import FaultFileFollower
 
 if TYPE_CHECKING:
+    from kubegpu.deviceplugin.shares import ShareBroker
     from kubegpu.metrics.exporter import MetricsExporter
     from kubegpu.node.hygiene import NodeHygiene
     from kubegpu.node.migmanager import MigManager
@@ -91,6 +97,7 @@ log = logging.getLogger(__name__)
 DEFAULT_DEVICE_PLUGIN_DIR = Path("/var/lib/kubelet/device-plugins")
 KUBELET_SOCKET_NAME = "kubelet.sock"
 SIM_TOOLS_DIR = "kubegpu-sim"  # under the plugin dir: the simulated nvidia-smi
+STATE_DIR = "kubegpu-state"  # under the plugin dir: the share hand-outs (kubegpu.fractional)
 INIT_RETRY_S = 30.0  # NVIDIA's plugin retries a failed start after 30 s
 STOP_BUDGET_S = 3.0  # stop() to exit, whatever kubelet does (docs/agent.md promises < 5 s)
 
@@ -168,6 +175,8 @@ class Agent:
         self._reload_lock = threading.Lock()  # a config reload and a MIG repartition never interleave
         self._label_timestamp = int(time.time())  # GFD's gfd.timestamp: once per (re)start
         self._driver: DriverVersions | None = None
+        self._shares: ShareBroker | None = None
+        self._shares_tried = False
 
     # -- building ---------------------------------------------------------------------------------
 
@@ -213,13 +222,51 @@ class Agent:
     def _plugin(
         self, resource: Resource, inventory: Inventory, config: AgentConfig, tracker: HealthTracker
     ) -> ResourcePlugin:
+        wants_shares = config.fractional and (
+            resource.kind is ResourceKind.MILLI or resource.name == GPU_RESOURCE
+        )
         return ResourcePlugin(
             resource=resource,
             topology=inventory.node.topology,
             config=config,
             tracker=tracker,
             extra_mounts=self._sim_mounts,
+            shares=self._share_broker() if wants_shares else None,
         )
+
+    def _share_broker(self) -> ShareBroker | None:
+        """The shares' broker (built once, on the first resource that needs it); None, with one log
+        line, without a node name or API access: Allocate of kubegpu.io/gpu-milli then says why."""
+        if self._shares is not None or self._shares_tried:
+            return self._shares
+        self._shares_tried = True
+        name = self.options.node_name
+        if not name:
+            log.warning("kubegpu.fractional: shares cannot be handed out without a node name (--node-name)")
+            return None
+        from kubegpu.deviceplugin.shares import LEDGER_NAME, ShareBroker, ShareLedger
+        from kubegpu.kubeapi import ApiObject, KubeApi
+
+        try:
+            api = KubeApi(kubeconfig=self.options.kubeconfig)
+        except KubegpuError as exc:
+            log.warning(
+                "kubegpu.fractional: shares cannot be handed out: no API access", extra={"error": str(exc)}
+            )
+            return None
+        selector = f"spec.nodeName={name}"
+
+        def list_pods() -> list[ApiObject]:
+            return api.list_objects("/api/v1/pods", field_selector=selector)[0]
+
+        def current_node() -> Node:
+            assert self.node is not None
+            return self.node
+
+        ledger = ShareLedger(self.options.device_plugin_dir / STATE_DIR / LEDGER_NAME)
+        self._shares = ShareBroker(node_name=name, list_pods=list_pods, ledger=ledger, node=current_node)
+        log.info("kubegpu.fractional: shares on", extra={"node": name, "handouts": len(ledger.handouts())})
+        return self._shares
 
     @staticmethod
     def _aliases(node: Node) -> dict[str, int]:
@@ -370,7 +417,9 @@ class Agent:
         quarantine an earlier run recorded back into the tracker first (before health events flow)."""
         config, node, tracker = self.config, self.node, self.tracker
         assert config is not None and node is not None and tracker is not None
-        if self._hygiene is not None or not (config.node_labels or config.quarantine.enabled):
+        if self._hygiene is not None or not (
+            config.node_labels or config.quarantine.enabled or config.fractional
+        ):
             return
         if not node.gpus:
             return  # nothing to label or quarantine (failOnInitError=false: reload() comes back here)
@@ -822,6 +871,7 @@ class Agent:
         if self._hygiene is not None:
             labels = labels_for(node, config, versions=self._driver, timestamp=self._label_timestamp)
             self._hygiene.set_index_of(self._aliases(node))
+            self._hygiene.set_uuids([str(g.uuid) for g in node.gpus])
             self._hygiene.set_labels(labels)
             self._hygiene.set_quarantine(config.quarantine)
         else:

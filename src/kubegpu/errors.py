@@ -100,6 +100,7 @@ class DeviceRequestProblem(Enum):
     DUPLICATE_DEVICE = "duplicate-device"  # one device ID named twice
     UNHEALTHY = "unhealthy"  # a device that is Unhealthy now
     TOO_MANY_SHARED = "too-many-shared"  # more than one replica of a shared resource
+    NO_SHARE = "no-share"  # kubegpu.io/gpu-milli: no pod on the node waits for a share of that size
 
 
 class DeviceRequestError(KubegpuError):

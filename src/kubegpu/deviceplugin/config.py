@@ -983,6 +983,17 @@ _DRA_GPUS = Setting[DraGpus](
     env=(EnvVar("KUBEGPU_DRA_GPUS"),),
     flag="--dra-gpus",
 )
+_FRACTIONAL = Setting[bool](
+    name="fractional",
+    parse=_bool,
+    default=False,
+    help="Also serve kubegpu.io/gpu-milli (1000 devices per whole GPU) for `kubegpu extender`'s shares "
+    "of one GPU; Allocate hands out the GPU the pod's kubegpu.io/gpu-assignment names (needs --node-name "
+    "and API access).",
+    file_keys=("kubegpu.fractional",),
+    env=(EnvVar("KUBEGPU_FRACTIONAL"),),
+    flag="--fractional",
+)
 _QUARANTINE = Setting[QuarantineSettings](
     name="quarantine",
     parse=_parse_quarantine,
@@ -1020,6 +1031,7 @@ SETTINGS: tuple[Setting[Any], ...] = (
     _METRICS_ADDRESS,
     _POD_RESOURCES_SOCKET,
     _NODE_LABELS,
+    _FRACTIONAL,
     _QUARANTINE,
     _DRA_GPUS,
     _MIG_MANAGER,
@@ -1056,6 +1068,7 @@ class AgentConfig:
     metrics_address: str = _METRICS_ADDRESS.default
     pod_resources_socket: str = _POD_RESOURCES_SOCKET.default
     node_labels: bool = _NODE_LABELS.default
+    fractional: bool = _FRACTIONAL.default
     quarantine: QuarantineSettings = _QUARANTINE.default
     dra_gpus: DraGpus = _DRA_GPUS.default
     mig_manager: MigManagerSettings = _MIG_MANAGER.default
@@ -1106,6 +1119,11 @@ def _resolve(
 def _check_combinations(prefix: str, config: AgentConfig) -> None:
     """Rules between settings, checked once all are resolved."""
     sharing = config.sharing
+    if config.fractional and sharing is not None:
+        raise ConfigError(
+            f"{prefix}kubegpu.fractional: shares of one GPU (kubegpu.io/gpu-milli) cannot be combined with "
+            f"sharing.{sharing.kind.value}; turn one of them off"
+        )
     if sharing is not None and sharing.kind is SharingKind.MPS:
         if config.mig_strategy is MigStrategy.MIXED:
             raise ConfigError(f"{prefix}sharing.mps: MPS sharing is not supported with migStrategy=mixed")

@@ -41,6 +41,8 @@ from kubegpu.model.node import Gpu, MigInstance, Node, uuid_problem
 
 __all__ = [
     "GPU_RESOURCE",
+    "MILLI_PER_GPU",
+    "MILLI_RESOURCE",
     "Candidate",
     "Device",
     "DeviceId",
@@ -54,6 +56,7 @@ __all__ = [
     "check_names",
     "is_extended_resource_name",
     "mig_resource_name",
+    "milli_resource",
     "resolve_sharing",
     "split_resources",
 ]
@@ -64,14 +67,17 @@ DeviceId = NewType("DeviceId", str)
 ResourceName = NewType("ResourceName", str)
 
 GPU_RESOURCE = ResourceName("nvidia.com/gpu")
+MILLI_RESOURCE = ResourceName("kubegpu.io/gpu-milli")
+MILLI_PER_GPU = 1000  # devices of kubegpu.io/gpu-milli per whole GPU
 REPLICA_SEPARATOR = "::"
 
 
 class ResourceKind(Enum):
-    """Whether a resource's devices are whole GPUs or MIG instances."""
+    """Whether a resource's devices are whole GPUs, MIG instances or thousandths of a GPU."""
 
     GPU = "gpu"
     MIG = "mig"
+    MILLI = "milli"  # kubegpu.io/gpu-milli: tokens; the GPU a container gets is the extender's choice
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -381,6 +387,20 @@ def split_resources(
     return out, warnings
 
 
+def milli_resource(node: Node, resources: Sequence[Resource]) -> Resource:
+    """``kubegpu.io/gpu-milli``: ``MILLI_PER_GPU`` devices ``<UUID>::<i>`` for every GPU this node
+    serves whole (a ``nvidia.com/gpu`` device without MIG; MIG-enabled GPUs and the DRA driver's GPUs are
+    not shared). Each device remembers its GPU, so all of a GPU's go Unhealthy with it."""
+    whole = {d.gpu for r in resources if r.kind is ResourceKind.GPU for d in r.devices if d.mig is None}
+    devices = tuple(
+        replace(_whole(g), id=DeviceId(f"{g.uuid}{REPLICA_SEPARATOR}{i}"), replica=i)
+        for g in node.gpus
+        if g.index in whole and not g.mig_enabled
+        for i in range(MILLI_PER_GPU)
+    )
+    return Resource(name=MILLI_RESOURCE, kind=ResourceKind.MILLI, devices=devices)
+
+
 def check_names(candidates: Sequence[Candidate]) -> None:
     """Step 3: every name the config chose is a valid extended resource name (the error names the
     key), and no two resources that advertise devices share a name."""
@@ -427,4 +447,12 @@ def build_inventory(node: Node, config: AgentConfig) -> Inventory:
             for c in candidates
         ]
     resources = tuple(c.resource for c in candidates if c.resource.devices)
+    if config.fractional:
+        milli = milli_resource(node, resources)
+        if milli.devices:
+            resources = (*resources, milli)
+        else:
+            warnings.append(
+                "kubegpu.fractional: no whole GPU on this node to share; kubegpu.io/gpu-milli not served"
+            )
     return Inventory(node=node, resources=resources, warnings=tuple(warnings))

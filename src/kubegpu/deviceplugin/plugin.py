@@ -11,21 +11,30 @@ a client-supplied ID goes through ``kubegpu.echo.shorten``.
 
 from __future__ import annotations
 
+import logging
 import threading
 import uuid
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 from kubegpu.deviceplugin.config import AgentConfig
 from kubegpu.deviceplugin.inventory import Device, Resource, ResourceKind
 from kubegpu.deviceplugin.policies import ALLOCATION_POLICIES, REPLICA_POLICIES
 from kubegpu.deviceplugin.response import ContainerAllocation, MountSpec, build_allocation
 from kubegpu.echo import shorten
-from kubegpu.errors import DeviceRequestError, DeviceRequestProblem
+from kubegpu.errors import DeviceRequestError, DeviceRequestProblem, KubegpuError
 from kubegpu.health.tracker import HealthTracker
 from kubegpu.model.topology import Topology
 
-__all__ = ["DeviceStatus", "ResourcePlugin"]
+if TYPE_CHECKING:
+    from kubegpu.deviceplugin.shares import ShareBroker, ShareClaim
+
+__all__ = ["MILLI_ENV", "DeviceStatus", "ResourcePlugin"]
+
+log = logging.getLogger(__name__)
+
+MILLI_ENV = "KUBEGPU_GPU_MILLI"  # a share's container learns its thousandths of the GPU
 
 SHARED_REQUEST_LIMIT_MESSAGE = "maximum request size for shared resources is 1"
 
@@ -51,8 +60,10 @@ class ResourcePlugin:
         tracker: HealthTracker,
         annotation_id: Callable[[], str] = lambda: str(uuid.uuid4()),
         extra_mounts: tuple[MountSpec, ...] = (),
+        shares: ShareBroker | None = None,
     ) -> None:
         self.resource = resource
+        self._shares = shares  # kubegpu.fractional: whose share an Allocate is, GPUs holding shares
         self._extra_mounts = extra_mounts  # simulated mode: the stand-in nvidia-smi
         self._topology = topology
         self._config = config
@@ -117,7 +128,9 @@ class ResourcePlugin:
                 candidates.append(device)
         if size <= len(must):
             return tuple(must)
-        if self.resource.sharing is not None:
+        if self.resource.kind is ResourceKind.MILLI:
+            chosen = self._preferred_tokens(candidates, size, must)
+        elif self.resource.sharing is not None:
             in_use: dict[int, int] = dict(self.resource.replicas_per_gpu)
             for d in candidates:
                 in_use[d.gpu] -= 1
@@ -128,12 +141,50 @@ class ResourcePlugin:
             )
             chosen = tuple(must) + tuple(d.id for d in rest[: size - len(must)])
         else:
+            candidates = self._avoid_shared(candidates, size, must)
             by_gpu = {d.gpu: d.id for d in candidates}
             must_gpus = [d.gpu for d in candidates if d.id in must]
             picked = self._allocation_policy(self._topology, sorted(by_gpu), size, must_gpus)
             chosen = tuple(must) + tuple(by_gpu[g] for g in picked if by_gpu[g] not in must)
         result = [i for i in dict.fromkeys(chosen) if i in offered_set]
         return tuple(result[: max(size, len(must))])
+
+    def _preferred_tokens(
+        self, candidates: Sequence[Device], size: int, must: Sequence[str]
+    ) -> tuple[str, ...]:
+        """Shares: tokens of the GPU the pod being admitted will get (so PodResources names that GPU),
+        then the others; the tokens themselves do not choose the GPU (``allocate`` does)."""
+        gpu: int | None = None
+        if self._shares is not None:
+            try:
+                claim = self._shares.peek(size)
+            except KubegpuError as exc:
+                log.warning("cannot guess whose share this is", extra={"error": str(exc)})
+                claim = None
+            gpu = claim.gpu if claim is not None else None
+        rest = sorted(
+            (d for d in candidates if d.id not in must), key=lambda d: (d.gpu != gpu, d.gpu, d.replica)
+        )
+        return tuple(must) + tuple(d.id for d in rest[: size - len(must)])
+
+    def _avoid_shared(self, candidates: list[Device], size: int, must: Sequence[str]) -> list[Device]:
+        """Whole GPUs: leave out GPUs holding shares when enough others are free (kubelet fills any
+        shortfall itself, so a shared GPU is only ever given when nothing else is left)."""
+        if self._shares is None:
+            return candidates
+        try:
+            shared = self._shares.shared_gpus()
+        except KubegpuError as exc:
+            log.warning("cannot read which GPUs hold shares", extra={"error": str(exc)})
+            return candidates
+        free = [d for d in candidates if d.id in must or d.gpu not in shared]
+        if len(free) >= size:
+            return free
+        log.warning(
+            "whole GPUs: too few GPUs without shares free; kubelet may get a shared one",
+            extra={"resource": str(self.resource.name), "size": size, "shared": sorted(shared)},
+        )
+        return candidates
 
     # -- Allocate -----------------------------------------------------------------------------
 
@@ -184,6 +235,8 @@ class ResourcePlugin:
 
     def allocate(self, device_ids: Sequence[str]) -> ContainerAllocation:
         devices = self.validate(device_ids)
+        if self.resource.kind is ResourceKind.MILLI:
+            return self._allocate_share(len(devices))
         return build_allocation(
             self.resource,
             devices,
@@ -191,6 +244,33 @@ class ResourcePlugin:
             annotation_id=self._annotation_id,
             extra_mounts=self._extra_mounts,
         )
+
+    def _allocate_share(self, milli: int) -> ContainerAllocation:
+        """The GPU the extender chose for the pod being admitted, with the env a whole GPU gets."""
+        if self._shares is None:
+            raise DeviceRequestError(
+                DeviceRequestProblem.NO_SHARE,
+                f"{self.resource.name}: this agent cannot tell whose share this is: it needs --node-name "
+                "and API access (kubegpu.fractional)",
+            )
+
+        def check(claim: ShareClaim) -> str | None:
+            if not any(d.gpu == claim.gpu for d in self.resource.devices):
+                return "this agent does not share (MIG-enabled, or given to the DRA driver)"
+            if not self._tracker.is_healthy(claim.gpu):
+                return f"is unhealthy: {self._tracker.status(claim.gpu).reason}"
+            return None
+
+        claim = self._shares.hand_out(milli, check=check)
+        device = next(d for d in self.resource.devices if d.gpu == claim.gpu)
+        allocation = build_allocation(
+            self.resource,
+            [device],
+            self._config,
+            annotation_id=self._annotation_id,
+            extra_mounts=self._extra_mounts,
+        )
+        return replace(allocation, envs={**allocation.envs, MILLI_ENV: str(claim.milli)})
 
     def allocate_containers(self, requests: Sequence[Sequence[str]]) -> list[ContainerAllocation]:
         """One answer per container request; all are validated before any is built.

@@ -54,6 +54,7 @@ _CODES = {
     DeviceRequestProblem.DUPLICATE_DEVICE: grpc.StatusCode.INVALID_ARGUMENT,
     DeviceRequestProblem.TOO_MANY_SHARED: grpc.StatusCode.INVALID_ARGUMENT,
     DeviceRequestProblem.UNHEALTHY: grpc.StatusCode.FAILED_PRECONDITION,
+    DeviceRequestProblem.NO_SHARE: grpc.StatusCode.FAILED_PRECONDITION,
 }
 _socket_counter = itertools.count()
 DEFAULT_MAX_STREAMS = 64  # kubelet opens one per registration; the rest is for tools and stale streams

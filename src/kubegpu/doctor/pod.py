@@ -27,6 +27,8 @@ from kubegpu.doctor.cluster import (
 )
 from kubegpu.doctor.clusterprobe import ApiObject, dig
 from kubegpu.doctor.finding import CheckId, Layer, Outcome, fail, ok, skip, warn
+from kubegpu.errors import PlacementError
+from kubegpu.model.assignment import ANNOTATION, assignment_of
 
 __all__ = ["POD_CHECKS", "PodContext"]
 
@@ -37,6 +39,8 @@ ID_VISIBLE = CheckId("pod.visible-devices")
 ID_SHM = CheckId("pod.shm")
 ID_LOGS = CheckId("pod.logs")
 ID_PULL = CheckId("pod.image-pull")
+ID_SHARE = CheckId("pod.gpu-share")
+MILLI_RESOURCE = "kubegpu.io/gpu-milli"
 
 # A GPU pod whose image has been pulling this long is worth pre-pulling (GPU images are often >10 GB).
 SLOW_PULL_S = 120.0
@@ -592,6 +596,54 @@ def check_image_pull(ctx: PodContext) -> Outcome:
     )
 
 
+def check_share(ctx: PodContext) -> Outcome:
+    """A share of one GPU (``kubegpu.io/gpu-milli``) needs kubegpu extender's assignment on the pod and a
+    node whose agent serves the resource (``kubegpu.fractional``)."""
+    asks = [
+        f"container {c.get('name')}: {MILLI_RESOURCE} {v}"
+        for c in [*(dig(ctx.spec_pod, "spec", "initContainers", default=[]) or []), *ctx.containers]
+        for v in [(dig(c, "resources", "limits", default={}) or {}).get(MILLI_RESOURCE)]
+        if v is not None
+    ]
+    if not asks:
+        return ok(f"no share of one GPU ({MILLI_RESOURCE}) asked")
+    where = dig(ctx.spec_pod, "spec", "nodeName")
+    if not where:
+        scheduler = dig(ctx.spec_pod, "spec", "schedulerName") or "default-scheduler"
+        if scheduler == "default-scheduler":
+            return warn(
+                f"a share of one GPU, but the pod is left to the default scheduler, which does not place "
+                f"{MILLI_RESOURCE}",
+                *asks,
+                fix="spec: {schedulerName: kubegpu}  # kubegpu extender's profile (docs/extender.md)",
+            )
+        return ok(f"a share of one GPU, not bound yet (scheduler {scheduler})", *asks)
+    try:
+        assignment = assignment_of(ctx.spec_pod)
+    except PlacementError as exc:
+        return fail(f"{exc}", *asks, fix="delete the pod; kubegpu extender writes the annotation at bind")
+    if assignment is None:
+        return fail(
+            f"bound to {where} without the {ANNOTATION} annotation: the node agent cannot tell which GPU "
+            "the share is on, and kubelet refuses the pod",
+            *asks,
+            fix="spec: {schedulerName: kubegpu}  # let kubegpu extender place (and annotate) the pod",
+        )
+    served = dig(ctx.node or {}, "status", "allocatable", default={}) or {}
+    if str(served.get(MILLI_RESOURCE, "0")) in ("0", ""):
+        return fail(
+            f"node {where} does not advertise {MILLI_RESOURCE}: its agent does not serve shares",
+            *asks,
+            f"assignment: GPU {list(assignment.gpus)} {list(assignment.uuids)}",
+            fix="helm upgrade ... --set fractional.enabled=true  # kubegpu.fractional on the node's agent",
+        )
+    return ok(
+        f"a share of GPU {assignment.gpus[0]} on {where} ({assignment.milli}m)",
+        *asks,
+        f"{ANNOTATION}: uuids {list(assignment.uuids)}",
+    )
+
+
 POD_CHECKS: tuple[Check[PodContext], ...] = (
     Check(id=ID_FOUND, layer=Layer.POD, needs=(ID_API,), run=check_found),
     Check(id=ID_REQUESTS, layer=Layer.POD, needs=(ID_FOUND,), run=check_requests),
@@ -600,4 +652,5 @@ POD_CHECKS: tuple[Check[PodContext], ...] = (
     Check(id=ID_SHM, layer=Layer.POD, needs=(ID_FOUND,), run=check_shm),
     Check(id=ID_LOGS, layer=Layer.POD, needs=(ID_FOUND,), run=check_logs),
     Check(id=ID_PULL, layer=Layer.POD, needs=(ID_FOUND,), run=check_image_pull),
+    Check(id=ID_SHARE, layer=Layer.POD, needs=(ID_FOUND,), run=check_share),
 )

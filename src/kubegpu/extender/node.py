@@ -14,11 +14,11 @@ from typing import Any
 
 from kubegpu.errors import PlacementError
 from kubegpu.extender.ask import GPU_RESOURCE, parse_quantity
+from kubegpu.model.assignment import UUIDS_ANNOTATION
 
 __all__ = ["GPU_COUNT_LABEL", "UUIDS_ANNOTATION", "GpuNode", "gpu_node_of"]
 
 GPU_COUNT_LABEL = "nvidia.com/gpu.count"
-UUIDS_ANNOTATION = "kubegpu.io/gpu-uuids"
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -3,6 +3,8 @@
 One thread (``NodeHygiene``) keeps the Node as the agent wants it, retrying with backoff while the API
 server fails, one log line per failure:
 
+* **the GPUs' UUIDs** (``set_uuids``): the annotation ``kubegpu.io/gpu-uuids`` (index order, comma-
+  separated), applied with the labels, so ``kubegpu extender``'s assignments name the real GPUs;
 * **labels** (``set_labels``): the whole kubegpu label set is server-side applied with field manager
   ``kubegpu``, so a key it applied before and no longer wants is removed by the API server, and keys
   of other managers (GFD, the user) are never touched; a key another manager owns with another value
@@ -33,6 +35,7 @@ from kubegpu.errors import ApiServerError, KubegpuError
 from kubegpu.health.quarantine import EvictionPolicy, QuarantineSettings
 from kubegpu.health.tracker import HealthTracker
 from kubegpu.kubeapi import FIELD_MANAGER, QUARANTINE_FIELD_MANAGER, KubeApi
+from kubegpu.model.assignment import UUIDS_ANNOTATION
 from kubegpu.model.holder import DeviceHolder
 from kubegpu.node.eviction import PodEvictor
 from kubegpu.node.lease import QuarantineLease
@@ -80,7 +83,8 @@ class NodeHygiene:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._labels_wanted: dict[str, str] | None = None
-        self._labels_applied: dict[str, str] | None = None
+        self._labels_applied: tuple[dict[str, str] | None, dict[str, str]] | None = None
+        self._annotations_wanted = self._uuid_annotation(uuids)
         self._label_skip: set[str] = set()
         self._applied: tuple[object, ...] | None = None  # the quarantine state last written
         self._retry_at = 0.0
@@ -110,6 +114,17 @@ class NodeHygiene:
             return
         with self._lock:
             self._labels_wanted = dict(labels)
+        self._tracker.wake()
+
+    @staticmethod
+    def _uuid_annotation(uuids: Sequence[str]) -> dict[str, str]:
+        return {UUIDS_ANNOTATION: ",".join(uuids)} if uuids else {}
+
+    def set_uuids(self, uuids: Sequence[str]) -> None:
+        """The node's GPU UUIDs in index order (published as ``kubegpu.io/gpu-uuids``)."""
+        with self._lock:
+            self._uuids = list(uuids)
+            self._annotations_wanted = self._uuid_annotation(uuids)
         self._tracker.wake()
 
     def set_index_of(self, index_of: Mapping[str, int]) -> None:
@@ -213,13 +228,27 @@ class NodeHygiene:
     # -- labels -------------------------------------------------------------------------------------
 
     def _sync_labels(self) -> None:
+        """Labels and the UUID annotation, in one server-side apply (manager ``kubegpu``). With labels
+        on, nothing is applied before the label set is known: an apply without them would remove them."""
         with self._lock:
             wanted = self._labels_wanted
-        if wanted is None or wanted == self._labels_applied:
+            notes = dict(self._annotations_wanted)
+        if self._labels_enabled and wanted is None:
             return
-        labels = {k: v for k, v in wanted.items() if k not in self._label_skip}
+        if (wanted, notes) == self._labels_applied or (wanted is None and not notes):
+            return
+        labels = {k: v for k, v in (wanted or {}).items() if k not in self._label_skip}
+
+        def body() -> dict[str, object]:
+            meta: dict[str, object] = {}
+            if wanted is not None:
+                meta["labels"] = labels
+            if notes:
+                meta["annotations"] = notes
+            return {"metadata": meta}
+
         try:
-            self._api.apply_node(self._node, {"metadata": {"labels": labels}}, field_manager=FIELD_MANAGER)
+            self._api.apply_node(self._node, body(), field_manager=FIELD_MANAGER)
         except ApiServerError as exc:
             if exc.status != 409:
                 raise
@@ -232,10 +261,13 @@ class NodeHygiene:
                 extra={"node": self._node, "labels": sorted(conflicting)},
             )
             labels = {k: v for k, v in labels.items() if k not in self._label_skip}
-            self._api.apply_node(self._node, {"metadata": {"labels": labels}}, field_manager=FIELD_MANAGER)
+            self._api.apply_node(self._node, body(), field_manager=FIELD_MANAGER)
         first = self._labels_applied is None
-        self._labels_applied = wanted
-        log.info("node labels applied", extra={"node": self._node, "labels": len(labels), "first": first})
+        self._labels_applied = (wanted, notes)
+        log.info(
+            "node labels applied",
+            extra={"node": self._node, "labels": len(labels), "annotations": sorted(notes), "first": first},
+        )
 
     # -- quarantine ---------------------------------------------------------------------------------
 

@@ -54,6 +54,7 @@ SAMPLES: dict[str, tuple[str, object, str, object]] = {
     "metrics_address": (":9400", ":9400", "127.0.0.1:9401", "127.0.0.1:9401"),
     "pod_resources_socket": ("/run/a.sock", "/run/a.sock", "/run/b.sock", "/run/b.sock"),
     "node_labels": ("false", False, "true", True),
+    "fractional": ("true", True, "false", False),
     "dra_gpus": ("all", DraGpus(all=True), "6,7", DraGpus(indexes=frozenset({6, 7}))),
 }
 # Settings whose value is a whole section; their sources are tested in test_config.py (health) and

@@ -303,3 +303,35 @@ def test_mig_resource_no_node_advertises_is_named(cluster: RecordedCluster) -> N
     assert "no node advertises nvidia.com/mig-1g.10gb" in f.summary
     assert "resources advertised in the cluster: nvidia.com/gpu" in f.evidence
     assert "mixed MIG strategy" in f.fix
+
+
+def share_container(milli: int = 500) -> dict[str, object]:
+    return {"name": "main", "image": "busybox", "resources": {"limits": {"kubegpu.io/gpu-milli": str(milli)}}}
+
+
+def test_a_gpu_share_needs_the_extenders_assignment_and_an_agent_serving_shares(
+    cluster: RecordedCluster,
+) -> None:
+    assert report(cluster, "ml/train-a").by_id("pod.gpu-share").status is Status.OK
+    cluster.pods.append(running_pod("ml", "stray", [share_container()]))
+    f = report(cluster, "ml/stray").by_id("pod.gpu-share")
+    assert f.status is Status.FAIL and "without the kubegpu.io/gpu-assignment annotation" in f.summary
+    assert "schedulerName: kubegpu" in f.fix
+
+    doc = '{"gpus":[3],"milli":500,"node":"gpu-node-2","uuids":[],"version":1}'
+    placed = running_pod("ml", "placed", [share_container()])
+    placed["metadata"]["annotations"] = {"kubegpu.io/gpu-assignment": doc}
+    cluster.pods.append(placed)
+    f = report(cluster, "ml/placed").by_id("pod.gpu-share")
+    assert f.status is Status.FAIL and "does not advertise kubegpu.io/gpu-milli" in f.summary
+    assert "fractional.enabled=true" in f.fix
+    node = next(n for n in cluster.nodes if n["metadata"]["name"] == "gpu-node-2")
+    node["status"]["allocatable"]["kubegpu.io/gpu-milli"] = "8k"
+    f = report(cluster, "ml/placed").by_id("pod.gpu-share")
+    assert f.status is Status.OK and "GPU 3 on gpu-node-2 (500m)" in f.summary
+
+
+def test_a_pending_share_left_to_the_default_scheduler_warns(cluster: RecordedCluster) -> None:
+    cluster.pods.append(pending_pod("ml", "lost", [share_container()]))
+    f = report(cluster, "ml/lost").by_id("pod.gpu-share")
+    assert f.status is Status.WARN and "default scheduler" in f.summary

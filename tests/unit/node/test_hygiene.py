@@ -73,7 +73,8 @@ class FakeApi:
             conds = [c for c in node["status"]["conditions"] if c["type"] != "GPUUnhealthy"]
             node["status"]["conditions"] = conds + patch.get("status", {}).get("conditions", [])
         else:
-            labels = patch["metadata"]["labels"]
+            labels = patch["metadata"].get("labels", {})
+            node["metadata"].setdefault("annotations", {}).update(patch["metadata"].get("annotations", {}))
             clash = [k for k, v in labels.items() if self.foreign_labels.get(k, v) != v]
             if clash and not force:
                 raise ApiServerError("conflict", status=409)
@@ -286,6 +287,41 @@ def test_labels_replace_kubegpus_own_and_leave_another_managers_keys() -> None:
     labels = api.nodes["n0"]["metadata"]["labels"]
     assert "nvidia.com/mig.strategy" not in labels and labels["team"] == "ml"
     assert labels["nvidia.com/gpu.count"] == "8" and labels["nvidia.com/gpu.present"] == "true"
+
+
+def test_the_gpus_uuids_are_published_with_the_labels_and_follow_a_new_node() -> None:
+    api = FakeApi()
+    hygiene, _ = make(api)
+    hygiene.sync_once()
+    assert "kubegpu.io/gpu-uuids" not in api.nodes["n0"]["metadata"].get("annotations", {}), (
+        "nothing is applied before the labels are known: an apply without them would remove them"
+    )
+    hygiene.set_labels({"nvidia.com/gpu.count": "4"})
+    hygiene.sync_once()
+    meta = api.nodes["n0"]["metadata"]
+    assert meta["annotations"]["kubegpu.io/gpu-uuids"] == ",".join(UUIDS)
+    assert meta["labels"]["nvidia.com/gpu.count"] == "4"
+    hygiene.set_uuids(UUIDS[::-1])
+    hygiene.sync_once()
+    assert meta["annotations"]["kubegpu.io/gpu-uuids"] == ",".join(UUIDS[::-1])
+
+
+def test_with_labels_off_the_uuids_are_still_published() -> None:
+    api = FakeApi()
+    tracker = HealthTracker(gpu_count=4, aliases={u: i for i, u in enumerate(UUIDS)}, policy=HealthPolicy())
+    hygiene = NodeHygiene(
+        cast(KubeApi, api),
+        node_name="n0",
+        tracker=tracker,
+        uuids=UUIDS,
+        index_of={u: i for i, u in enumerate(UUIDS)},
+        holders=list,
+        quarantine=None,
+        labels_enabled=False,
+    )
+    hygiene.sync_once()
+    assert api.nodes["n0"]["metadata"]["annotations"]["kubegpu.io/gpu-uuids"] == ",".join(UUIDS)
+    assert api.nodes["n0"]["metadata"]["labels"] == {"nvidia.com/gpu.present": "true"}
 
 
 def test_a_failing_label_write_never_holds_the_quarantine_back() -> None:

@@ -30,7 +30,7 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 
 {{/* The agent talks to the API server (node labels or quarantine on). */}}
 {{- define "kubegpu.usesApi" -}}
-{{- if or .Values.node.labels .Values.quarantine.enabled .Values.migManager.enabled }}true{{ end }}
+{{- if or .Values.node.labels .Values.quarantine.enabled .Values.migManager.enabled .Values.fractional.enabled }}true{{ end }}
 {{- end }}
 
 {{/* The Lease that counts quarantined nodes fleet-wide. */}}
