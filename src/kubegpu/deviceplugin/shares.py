@@ -31,7 +31,6 @@ import contextlib
 import json
 import logging
 import os
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -40,6 +39,7 @@ from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any
 
+from kubegpu.atomicfile import write_atomically
 from kubegpu.deviceplugin.inventory import MILLI_RESOURCE
 from kubegpu.echo import clip
 from kubegpu.errors import DeviceRequestError, DeviceRequestProblem, KubegpuError, PlacementError
@@ -210,20 +210,6 @@ def pick(claims: Sequence[ShareClaim], milli: int) -> ShareClaim | None:
     return next((c for c in claims if c.milli == milli), None)
 
 
-def _write_atomically(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "w") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 class ShareLedger:
     """The hand-outs on disk (``path``), kept in memory too; thread-safe. A file that cannot be read is
     moved aside (``.corrupt``) and the ledger starts empty: only pods still Pending can be claimed, so
@@ -250,7 +236,7 @@ class ShareLedger:
 
     def _save(self) -> None:
         doc = {"version": LEDGER_VERSION, "handouts": [asdict(h) for h in self._items]}
-        _write_atomically(self.path, json.dumps(doc, sort_keys=True, indent=1) + "\n")
+        write_atomically(self.path, json.dumps(doc, sort_keys=True, indent=1) + "\n")
 
     def handouts(self) -> tuple[HandOut, ...]:
         with self._lock:

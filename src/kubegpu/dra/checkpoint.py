@@ -15,11 +15,12 @@ import contextlib
 import json
 import logging
 import os
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from kubegpu.atomicfile import write_atomically
 
 __all__ = ["CHECKPOINT_NAME", "CdiStore", "Checkpoint", "PreparedClaim", "PreparedDevice", "write_atomically"]
 
@@ -27,26 +28,6 @@ log = logging.getLogger(__name__)
 
 CHECKPOINT_NAME = "checkpoint.json"
 CHECKPOINT_VERSION = 1
-
-
-def write_atomically(path: Path, text: str, *, mode: int = 0o644) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "w") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
 
 
 @dataclass(frozen=True, kw_only=True)
