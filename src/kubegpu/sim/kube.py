@@ -45,7 +45,7 @@ from urllib.parse import quote
 
 import numpy as np
 
-from kubegpu.errors import ApiServerError, InputError, KubegpuError
+from kubegpu.errors import ApiServerError, InputError, ReplayError
 from kubegpu.kubeapi import ApiObject, KubeApi
 from kubegpu.sim.curves import discrete_curve
 from kubegpu.sim.scoring import MILLI, BoolArray, IntArray
@@ -63,7 +63,6 @@ __all__ = [
     "KubeReplayConfig",
     "KubeRun",
     "Outcome",
-    "ReplayError",
     "gpu_uuid",
     "node_object",
     "pod_object",
@@ -86,10 +85,6 @@ STEP_ANNOTATION = "kubegpu.io/replay-step"
 POD_PREFIX = "replay-"
 PODS_PER_NODE = 1000
 IMAGE = "registry.invalid/kubegpu-replay:1"  # never pulled: kwok runs no containers
-
-
-class ReplayError(KubegpuError):
-    """The replay cannot go on: the scheduler places nothing, the nodes never get Ready, ..."""
 
 
 class Outcome(StrEnum):
@@ -354,6 +349,7 @@ class KubeReplay:
         deadline = self.clock() + ready_timeout_s
         while True:
             items = self.api.list_nodes(label_selector=f"{REPLAY_LABEL}={REPLAY_VALUE}")
+            self._untaint(items)
             ready = sum(_node_ready(n) for n in items)
             if ready == len(nodes):
                 break
@@ -367,6 +363,30 @@ class KubeReplay:
         seconds = self.clock() - t0
         self.say(f"[replay] {len(nodes)} nodes Ready in {seconds:.1f} s")
         return seconds
+
+    def _untaint(self, items: Iterable[Mapping[str, Any]]) -> None:
+        """Drop the ``not-ready`` taint the API server's admission puts on every new node from nodes kwok
+        has made Ready: the node-lifecycle controller would too, but at its default 20 API calls a
+        second it takes minutes for a thousand nodes."""
+        for node in items:
+            taints = (node.get("spec") or {}).get("taints") or []
+            if not _condition_ready(node) or not any(t.get("key") == NOT_READY_TAINT for t in taints):
+                continue
+            meta = node.get("metadata") or {}
+            patch = {
+                "metadata": {"resourceVersion": meta.get("resourceVersion")},
+                "spec": {"taints": [t for t in taints if t.get("key") != NOT_READY_TAINT]},
+            }
+            try:
+                self.api.request(
+                    "PATCH",
+                    f"/api/v1/nodes/{quote(str(meta.get('name', '')), safe='')}",
+                    body=patch,
+                    content_type="application/merge-patch+json",
+                )
+            except ApiServerError as exc:
+                if exc.status != 409:  # changed meanwhile (the controller was quicker): next round
+                    raise
 
     def delete_nodes(self) -> None:
         self.api.request(
@@ -586,12 +606,17 @@ class KubeReplay:
         )
 
 
-def _node_ready(node: Mapping[str, Any]) -> bool:
+NOT_READY_TAINT = "node.kubernetes.io/not-ready"
+
+
+def _condition_ready(node: Mapping[str, Any]) -> bool:
     conds = (node.get("status") or {}).get("conditions") or []
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conds)
+
+
+def _node_ready(node: Mapping[str, Any]) -> bool:
     taints = (node.get("spec") or {}).get("taints") or []
-    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conds) and not any(
-        t.get("key") == "node.kubernetes.io/not-ready" for t in taints
-    )
+    return _condition_ready(node) and not any(t.get("key") == NOT_READY_TAINT for t in taints)
 
 
 def differences(
