@@ -25,7 +25,7 @@ single line on stderr and the exit code the class carries; anything else reachin
     ├── ClaimError                exit 1  the DRA driver cannot prepare a ResourceClaim (the reason
     │                                     reaches the pod's events through kubelet)
     ├── PlacementError            exit 1  the scheduler extender cannot place or bind a pod (its ask, a node)
-    ├── ReplayError               exit 1  a replay on a real control plane cannot go on (no scheduler, nodes not Ready)
+    ├── ReplayError               exit 1  `sim kube` cannot go on (no scheduler, nodes not Ready)
     └── ProbeFailed               exit 1  a doctor probe cannot read what a check needs
         └── ClusterUnreachable            the API server cannot be reached, or the credentials fail
 

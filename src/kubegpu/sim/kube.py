@@ -298,7 +298,7 @@ def _step_of(pod: Mapping[str, Any]) -> int | None:
 def _unschedulable(pod: Mapping[str, Any]) -> bool:
     for cond in (pod.get("status") or {}).get("conditions") or []:
         if cond.get("type") == "PodScheduled" and cond.get("status") == "False":
-            return cond.get("reason") == "Unschedulable"
+            return bool(cond.get("reason") == "Unschedulable")
     return False
 
 
