@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -52,6 +53,9 @@ from kubegpu.sim.trace import load_trace  # noqa: E402
 from kubegpu.sim.workload import prepare  # noqa: E402
 
 SCHEDULERS = ("default", "mostallocated", "kubegpu", "fgd")
+# the stock setups again, with whole-GPU pods asking kubegpu.io/gpu-milli (1000 x k) as well, so that
+# the node-level count of GPU milli agrees with the whole GPUs taken (not run unless asked for)
+VARIANTS = ("default-milli", "mostallocated-milli")
 CLIENT = {"qps": 500, "burst": 1000}
 NO_PREEMPTION = {"postFilter": {"disabled": [{"name": "DefaultPreemption"}]}}  # equal priorities: no victims
 
@@ -68,6 +72,10 @@ def free_port() -> int:
 
 def scheduler_config(kind: str, url: str | None = None) -> dict[str, Any]:
     """The extra kube-scheduler's configuration for one setup; its profile's schedulerName is ``kind``."""
+    if kind.endswith("-milli"):
+        config = scheduler_config(kind.removesuffix("-milli"))
+        config["profiles"][0]["schedulerName"] = kind
+        return config
     if kind == "default":
         return {"clientConnection": CLIENT, "profiles": [{"schedulerName": kind, "plugins": NO_PREEMPTION}]}
     if kind == "mostallocated":
@@ -200,7 +208,12 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=42)
     parser.add_argument("--inflate", type=float, default=1.3)
     parser.add_argument("--limit", type=int, default=None, help="only the first N arrivals (a short run)")
-    parser.add_argument("--scheduler", action="append", choices=SCHEDULERS, help="repeatable; default: all")
+    parser.add_argument(
+        "--scheduler",
+        action="append",
+        choices=SCHEDULERS + VARIANTS,
+        help=f"repeatable; default: {', '.join(SCHEDULERS)}",
+    )
     parser.add_argument("--window", type=int, default=32)
     parser.add_argument("--plot", type=Path, default=None, help="PNG: allocated GPU %% vs arrived %%")
     parser.add_argument("--json", type=Path, default=None, help="write every figure here")
@@ -208,6 +221,10 @@ def main() -> int:
     if not (args.data / NODES).exists() or not (args.data / PODS).exists():
         print(f"openb trace not found in {args.data} (set KUBEGPU_OPENB_DIR); nothing measured")
         return 0
+    # a background job started by a shell ignores SIGINT: make SIGINT and SIGTERM stop the run with its
+    # clean-up (scheduler, extender, kwok, the rig if it was started here)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     t_all = time.monotonic()
     trace = load_trace(args.data / NODES, args.data / PODS)
     workload = prepare(trace)
@@ -242,6 +259,7 @@ def main() -> int:
                     inflate=args.inflate,
                     window=args.window,
                     limit=args.limit,
+                    milli_on_whole=kind.endswith("-milli"),
                 )
                 run: KubeRun = engine.run(config, extender=extender is not None)
             finally:

@@ -134,13 +134,18 @@ def node_object(node: NodeRecord) -> ApiObject:
     }
 
 
-def pod_object(name: str, pod: PodRecord, *, step: int, scheduler_name: str) -> ApiObject:
-    """The Pod for one arrival of ``pod`` (the ``step``-th arrival)."""
+def pod_object(
+    name: str, pod: PodRecord, *, step: int, scheduler_name: str, milli_on_whole: bool = False
+) -> ApiObject:
+    """The Pod for one arrival of ``pod`` (the ``step``-th arrival). ``milli_on_whole``: whole-GPU
+    pods ask ``kubegpu.io/gpu-milli: 1000 x k`` too, so a stock scheduler's two node-level counts agree."""
     requests = {"cpu": f"{max(pod.cpu_milli, 1)}m", "memory": f"{max(pod.memory_mib, 1)}Mi"}
     if pod.num_gpu == 1 and pod.gpu_milli < MILLI:
         requests[GPU_MILLI_RESOURCE] = str(pod.gpu_milli)
     elif pod.num_gpu:
         requests[GPU_RESOURCE] = str(pod.num_gpu)
+        if milli_on_whole:
+            requests[GPU_MILLI_RESOURCE] = str(pod.num_gpu * MILLI)
     terms: list[dict[str, Any]] = [{"key": REPLAY_LABEL, "operator": "In", "values": [REPLAY_VALUE]}]
     if pod.gpu_spec:
         terms.append({"key": MODEL_LABEL, "operator": "In", "values": list(pod.gpu_spec)})
@@ -228,6 +233,7 @@ class KubeReplayConfig:
     window: int = 32
     limit: int | None = None
     stall_s: float = 120.0
+    milli_on_whole: bool = False  # whole-GPU pods also ask kubegpu.io/gpu-milli (see ``pod_object``)
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)
@@ -416,11 +422,10 @@ class KubeReplay:
                 )
             time.sleep(0.5)
 
-    def clear_pods(self, namespace: str, timeout_s: float = 300.0) -> None:
+    def clear_pods(self, namespace: str, timeout_s: float = 900.0) -> None:
         """Delete every replay pod in ``namespace`` at once (grace 0) and wait until they are gone."""
         body = {"apiVersion": "v1", "kind": "DeleteOptions", "gracePeriodSeconds": 0}
         query = {"labelSelector": f"{REPLAY_LABEL}={REPLAY_VALUE}"}
-        self.api.request("DELETE", self._pods_path(namespace), body=body, query=query, idempotent=True)
         deadline = self.clock() + timeout_s
         while True:
             doc = self.api.request(
@@ -428,6 +433,12 @@ class KubeReplay:
             )
             if not (doc or {}).get("items"):
                 return
+            try:  # thousands of pods take the API server longer than one call's read timeout: go on
+                self.api.request("DELETE", self._pods_path(namespace), body=body, query=query)
+            except ApiServerError as exc:
+                if exc.status not in (0, 500, 503, 504):
+                    raise
+                log.info("deleting the replay's pods goes on: %s", exc)
             if self.clock() > deadline:
                 raise ReplayError(
                     f"replay pods in {namespace} still there {timeout_s:.0f} s after their deletion"
@@ -578,7 +589,13 @@ class KubeReplay:
                     resolve(block=True)
                 while resolve(block=False):
                     pass
-                body = pod_object(name_of(step), rec, step=step, scheduler_name=config.scheduler_name)
+                body = pod_object(
+                    name_of(step),
+                    rec,
+                    step=step,
+                    scheduler_name=config.scheduler_name,
+                    milli_on_whole=config.milli_on_whole,
+                )
                 self.api.request("POST", self._pods_path(ns), body=body)
             while resolved < count:
                 resolve(block=True)
