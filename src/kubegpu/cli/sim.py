@@ -271,6 +271,14 @@ def register(app: typer.Typer) -> None:
         keep_nodes: Annotated[
             bool, typer.Option("--keep-nodes", help="Leave the kwok nodes in place.")
         ] = False,
+        whole_milli: Annotated[
+            bool,
+            typer.Option(
+                "--whole-milli",
+                help="Whole-GPU pods ask kubegpu.io/gpu-milli (1000 x k) too, so a stock scheduler's two "
+                "node-level GPU counts agree.",
+            ),
+        ] = False,
         as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
     ) -> None:
         """Replay a seed's arrivals on kwok nodes through a real API server and scheduler."""
@@ -289,6 +297,7 @@ def register(app: typer.Typer) -> None:
             window=window,
             namespace=namespace,
             keep_nodes=keep_nodes,
+            whole_milli=whole_milli,
             as_json=as_json,
         )
 

@@ -83,6 +83,7 @@ def run_kube(
     namespace: str,
     keep_nodes: bool,
     as_json: bool,
+    whole_milli: bool = False,
 ) -> None:
     from kubegpu.kubeapi import KubeApi
     from kubegpu.sim.kube import KubeReplay, KubeReplayConfig
@@ -109,6 +110,7 @@ def run_kube(
         namespace=namespace,
         window=window,
         limit=limit,
+        milli_on_whole=whole_milli,
     )
     try:
         run = engine.run(config, extender=extender)

@@ -62,6 +62,9 @@ def test_pods_ask_as_the_extender_reads_them_and_carry_their_model_constraint() 
         requests["requests"]["nvidia.com/gpu"] == "1" and "kubegpu.io/gpu-milli" not in requests["requests"]
     )
     assert ask_of(pod_object("d", pod(0, 0), step=6, scheduler_name="x")).num_gpu == 0
+    both = pod_object("e", pod(2, 1000), step=7, scheduler_name="x", milli_on_whole=True)
+    asked = both["spec"]["containers"][0]["resources"]["requests"]
+    assert asked["nvidia.com/gpu"] == "2" and asked["kubegpu.io/gpu-milli"] == "2000"
 
 
 def test_the_device_plugin_gives_whole_gpus_lowest_first_and_shares_best_fit() -> None:
