@@ -84,6 +84,7 @@ REPLAY_VALUE = "openb"
 STEP_ANNOTATION = "kubegpu.io/replay-step"
 POD_PREFIX = "replay-"
 PODS_PER_NODE = 1000
+LIFECYCLE_TAINTS = ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")
 IMAGE = "registry.invalid/kubegpu-replay:1"  # never pulled: kwok runs no containers
 
 
@@ -162,7 +163,12 @@ def pod_object(
             "automountServiceAccountToken": False,
             "terminationGracePeriodSeconds": 0,
             "enableServiceLinks": False,
-            "tolerations": [{"key": KWOK_KEY, "operator": "Exists", "effect": "NoSchedule"}],
+            # the kwok taint; and the node-lifecycle taints, which a fake node's heartbeat lagging under
+            # load would bring for a while: they must not change where the scheduler puts a pod
+            "tolerations": [
+                {"key": KWOK_KEY, "operator": "Exists", "effect": "NoSchedule"},
+                *({"key": key, "operator": "Exists"} for key in LIFECYCLE_TAINTS),
+            ],
             "affinity": {
                 "nodeAffinity": {
                     "requiredDuringSchedulingIgnoredDuringExecution": {
