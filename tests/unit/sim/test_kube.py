@@ -119,3 +119,42 @@ def test_a_run_gives_the_sims_curve_and_counts_differences_per_pod() -> None:
     assert run.curve()[112] == 62.5  # 4500 of 4000 arrived -> 112.5 % rounds to 112
     assert differences(run, ["n1", "n1", None, "n2"], [(0,), (1,), (), (0,)]) == 0
     assert differences(run, ["n1", "n1", None, "n2"], [(0,), (0,), (), (1,)]) == 2
+
+
+def test_the_cli_compares_a_run_with_the_sim_and_reports_it_as_json() -> None:
+    from kubegpu.cli.simkube import compare_with_sim, run_json
+    from kubegpu.sim.replay import replay
+    from kubegpu.sim.scoring import Policy
+    from kubegpu.sim.trace import Trace
+    from kubegpu.sim.workload import prepare
+
+    nodes = tuple(
+        NodeRecord(name=f"n{i}", cpu_milli=32000, memory_mib=65536, gpu_count=2, gpu_model="T4")
+        for i in range(3)
+    )
+    pods = tuple(
+        PodRecord(name=f"p{i}", cpu_milli=1000, memory_mib=1024, num_gpu=1, gpu_milli=m, gpu_spec=())
+        for i, m in enumerate((500, 1000, 300, 1000, 700))
+    )
+    workload = prepare(Trace(nodes=nodes, pods=pods))
+    sim = replay(workload, Policy("kubegpu"), 7, inflate=1.3)
+    totals = sim.arrived_milli - np.concatenate([[0], sim.arrived_milli[:-1]])
+    run = KubeRun(
+        scheduler_name="kubegpu",
+        seed=7,
+        total_gpu_milli=workload.total_gpu_milli,
+        pods=tuple(str(i) for i in range(len(sim.placed))),
+        arrived_milli=sim.arrived_milli,
+        allocated_milli=np.cumsum(np.where(sim.placed, totals, 0)),
+        placed=sim.placed,
+        outcome=tuple(Outcome.PLACED if ok else Outcome.UNSCHEDULABLE for ok in sim.placed),
+        node=tuple(
+            workload.node_names[int(r)] if ok else None for r, ok in zip(sim.node, sim.placed, strict=True)
+        ),
+        gpus=sim.gpus,
+        seconds=1.0,
+    )
+    figures = compare_with_sim(run, workload, "kubegpu", 1.3)
+    assert figures["different_placements"] == 0 and figures["placed"] == run.placed_count
+    doc = run_json(run)
+    assert doc["placed"] == run.placed_count and doc["allocated_pct_end"] == figures["allocated_pct_end"]
