@@ -25,6 +25,7 @@ single line on stderr and the exit code the class carries; anything else reachin
     ├── ClaimError                exit 1  the DRA driver cannot prepare a ResourceClaim (the reason
     │                                     reaches the pod's events through kubelet)
     ├── PlacementError            exit 1  the scheduler extender cannot place or bind a pod (its ask, a node)
+    ├── ReplayError               exit 1  `sim kube` cannot go on (no scheduler, nodes not Ready)
     └── ProbeFailed               exit 1  a doctor probe cannot read what a check needs
         └── ClusterUnreachable            the API server cannot be reached, or the credentials fail
 
@@ -52,6 +53,7 @@ __all__ = [
     "PodResourcesUnavailable",
     "ProbeFailed",
     "RegistrationFailed",
+    "ReplayError",
     "SourceError",
     "SpecError",
     "TopologyParseError",
@@ -153,6 +155,10 @@ class ClaimError(KubegpuError):
 
 class PlacementError(KubegpuError):
     """The scheduler extender cannot place or bind a pod: a GPU ask no node can meet, no room left."""
+
+
+class ReplayError(KubegpuError):
+    """`kubegpu sim kube` cannot go on: no scheduler places the pods, the kwok nodes never get Ready."""
 
 
 class ProbeFailed(KubegpuError):

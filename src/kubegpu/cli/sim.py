@@ -226,4 +226,79 @@ def register(app: typer.Typer) -> None:
         else:
             render_bound(document)
 
+    @sim_app.command(
+        "kube",
+        epilog="Example: kubegpu sim kube --nodes nodes.csv --pods pods.csv --kubeconfig rig.kubeconfig "
+        "--scheduler-name kubegpu --extender --compare kubegpu",
+    )
+    def kube(  # noqa: PLR0917 - typer maps each parameter to a flag
+        nodes: Annotated[Path, typer.Option("--nodes", help="Node list CSV; one kwok node each.")],
+        pods: Annotated[
+            Path, typer.Option("--pods", help="Pod list CSV; arrivals as kubegpu sim draws them.")
+        ],
+        scheduler_name: Annotated[
+            str,
+            typer.Option(
+                "--scheduler-name", help="spec.schedulerName of the pods (the scheduler to measure)."
+            ),
+        ],
+        kubeconfig: Annotated[
+            Path | None,
+            typer.Option("--kubeconfig", help="Kubeconfig (default: $KUBECONFIG or ~/.kube/config)."),
+        ] = None,
+        seed: Annotated[int, typer.Option("--seed", help="The sim's seed for the arrival order.")] = 42,
+        inflate: Annotated[
+            float, typer.Option("--inflate", help="Arrivals up to this multiple of capacity.")
+        ] = 1.3,
+        extender: Annotated[
+            bool,
+            typer.Option(
+                "--extender",
+                help="GPUs come from kubegpu extender's assignment annotation (else the replay plays each "
+                "node's device plugin).",
+            ),
+        ] = False,
+        compare: Annotated[
+            str | None, typer.Option("--compare", help="Also run kubegpu sim with this policy and compare.")
+        ] = None,
+        limit: Annotated[int | None, typer.Option("--limit", help="Only the first N arrivals.")] = None,
+        window: Annotated[
+            int, typer.Option("--window", help="Pods created but not yet resolved, at most.")
+        ] = 32,
+        namespace: Annotated[
+            str, typer.Option("--namespace", help="Namespace of the replay's pods.")
+        ] = "kubegpu-replay",
+        keep_nodes: Annotated[
+            bool, typer.Option("--keep-nodes", help="Leave the kwok nodes in place.")
+        ] = False,
+        whole_milli: Annotated[
+            bool,
+            typer.Option(
+                "--whole-milli",
+                help="Whole-GPU pods ask kubegpu.io/gpu-milli (1000 x k) too, so a stock scheduler's two "
+                "node-level GPU counts agree.",
+            ),
+        ] = False,
+        as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+    ) -> None:
+        """Replay a seed's arrivals on kwok nodes through a real API server and scheduler."""
+        from kubegpu.cli.simkube import run_kube
+
+        run_kube(
+            nodes=nodes,
+            pods=pods,
+            kubeconfig=kubeconfig,
+            scheduler_name=scheduler_name,
+            seed=seed,
+            inflate=inflate,
+            extender=extender,
+            compare=compare,
+            limit=limit,
+            window=window,
+            namespace=namespace,
+            keep_nodes=keep_nodes,
+            whole_milli=whole_milli,
+            as_json=as_json,
+        )
+
     app.add_typer(sim_app, name="sim")

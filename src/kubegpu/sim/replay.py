@@ -71,6 +71,7 @@ class SeedRun:
     comm_lowest_index: FloatArray  # the cost the artifact's lowest-index GPUs would have had
     empty_frag_milli: float
     seconds: float
+    gpus: tuple[tuple[int, ...], ...] = ()  # GPU indices each arrival got on its node (() if it failed)
 
 
 class _Cache:
@@ -231,6 +232,7 @@ def replay(
     alloc_milli = 0
     report_every = max(1, count // 100)
     bound_log: list[int] = []  # the row of every bind so far, in order
+    gpus_of: list[tuple[int, ...]] = [()] * count
 
     for step, sid in enumerate(shape_of.tolist()):
         pod = shapes[sid]
@@ -288,6 +290,7 @@ def replay(
                 first = np.flatnonzero(nodes.gpu_free_milli[node] == MILLI)[:k]
                 naive.append(topology.set_cost(tuple(int(g) for g in first)))
             state.bind(Placement(node=node, gpus=gpus, milli=pod.gpu_milli), pod)
+            gpus_of[step] = tuple(int(g) for g in gpus)
             bound_log.append(node)
             alloc_milli += total_list[sid]
             placed[step] = True
@@ -314,4 +317,5 @@ def replay(
         comm_lowest_index=np.array(naive, dtype=np.float64),
         empty_frag_milli=empty_frag,
         seconds=time.perf_counter() - started,
+        gpus=tuple(gpus_of),
     )

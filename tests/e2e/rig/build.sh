@@ -3,15 +3,16 @@
 #
 # Why: there is no Docker engine and no release tarball download here; the Go module proxy is reachable,
 # so kube-apiserver, kube-controller-manager, kube-scheduler, kubelet, kubectl, etcd, containerd,
-# containerd-shim-runc-v2 and ctr are compiled from source through small wrapper modules (k8s.io/kubernetes
+# containerd-shim-runc-v2, ctr and kwok are compiled from source through small wrapper modules (k8s.io/kubernetes
 # needs staging `replace` directives; etcd's server module is `package main` with local replaces, so
 # `go install` refuses it; containerd's commands are built from one wrapper the same way).
 #
 # Versions: tests/e2e/rig/versions.env (one line each); the environment variables of the same names
-# (KUBEGPU_RIG_K8S_VERSION, KUBEGPU_RIG_ETCD_VERSION, KUBEGPU_RIG_CONTAINERD_VERSION) override it.
+# (KUBEGPU_RIG_K8S_VERSION, KUBEGPU_RIG_ETCD_VERSION, KUBEGPU_RIG_CONTAINERD_VERSION,
+# KUBEGPU_RIG_KWOK_VERSION) override it.
 #
 # Output: $KUBEGPU_RIG_CACHE/bin/k8s-<ver>/{kube-apiserver,...,kubectl}, bin/etcd-<ver>/etcd and
-# bin/containerd-<ver>/{containerd,containerd-shim-runc-v2,ctr}.
+# bin/containerd-<ver>/{containerd,containerd-shim-runc-v2,ctr} and bin/kwok-<ver>/kwok.
 #
 # Safe to run twice at once on one cache: one lock per output directory ($CACHE/.build-<dir>.lock, taken
 # only when something there must be built) serialises builds of the same version, and the second one
@@ -40,12 +41,13 @@ while IFS= read -r line || [[ -n "$line" ]]; do
   [[ "$line" =~ ^[[:space:]]*(KUBEGPU_RIG_[A-Z0-9_]+)=([^[:space:]]+)[[:space:]]*$ ]] || continue
   [[ -n "${!BASH_REMATCH[1]:-}" ]] || printf -v "${BASH_REMATCH[1]}" '%s' "${BASH_REMATCH[2]}"
 done < "$VERSIONS_FILE"
-for v in KUBEGPU_RIG_K8S_VERSION KUBEGPU_RIG_ETCD_VERSION KUBEGPU_RIG_CONTAINERD_VERSION; do
+for v in KUBEGPU_RIG_K8S_VERSION KUBEGPU_RIG_ETCD_VERSION KUBEGPU_RIG_CONTAINERD_VERSION KUBEGPU_RIG_KWOK_VERSION; do
   [[ -n "${!v:-}" ]] || die "$VERSIONS_FILE sets no $v (and the environment does not either)"
 done
 K8S_VERSION="$KUBEGPU_RIG_K8S_VERSION"
 ETCD_VERSION="$KUBEGPU_RIG_ETCD_VERSION"
 CONTAINERD_VERSION="$KUBEGPU_RIG_CONTAINERD_VERSION"
+KWOK_VERSION="$KUBEGPU_RIG_KWOK_VERSION"
 CACHE="${KUBEGPU_RIG_CACHE:-$HOME/.cache/kubegpu-rig}"
 GO="${GO:-$(command -v go || echo /usr/local/go/bin/go)}"
 # Low priority and one package at a time by default (the build machine is shared); set
@@ -59,6 +61,7 @@ PROGRESS_S="${KUBEGPU_RIG_PROGRESS_S:-30}"
 K8S_BIN="$CACHE/bin/k8s-$K8S_VERSION"
 ETCD_BIN="$CACHE/bin/etcd-$ETCD_VERSION"
 CONTAINERD_BIN="$CACHE/bin/containerd-$CONTAINERD_VERSION"
+KWOK_BIN="$CACHE/bin/kwok-$KWOK_VERSION"
 K8S_CMDS=(kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl)
 CONTAINERD_CMDS=(containerd containerd-shim-runc-v2 ctr)
 
@@ -73,6 +76,8 @@ reported_version() {
     containerd | ctr) timeout 20 "$bin" --version 2>/dev/null | awk 'NR == 1 {print $3}' ;;
     # "containerd-shim-runc-v2:" then "  Version:  v2.4.2"
     containerd-shim-runc-v2) timeout 20 "$bin" -v 2>/dev/null | sed -n 's/^ *Version: *//p' | head -1 ;;
+    # "kwok version v0.8.0 go1.26.8 (linux/amd64)"
+    kwok) timeout 20 "$bin" --version 2>/dev/null | awk 'NR == 1 {print $3}' ;;
     *) timeout 20 "$bin" --version 2>/dev/null | sed -n 's/^Kubernetes //p' | head -1 ;;
   esac || true
 }
@@ -268,14 +273,41 @@ GO
   log "containerd $CONTAINERD_VERSION: ${#todo[@]} binaries built in $((SECONDS - t0)) s"
 }
 
+# kwok (fake nodes for the trace replay, docs/testing.md "kwok"): upstream's own module, so a plain
+# `go install pkg@version` resolves it with upstream's go.sum (no wrapper module needed). GOBIN points at
+# a temporary directory beside the final one; the binary is checked and renamed into place.
+build_kwok() {
+  [[ -n "$(stale "$KWOK_BIN" "$KWOK_VERSION" --quiet kwok)" ]] \
+    || { log "kwok $KWOK_VERSION: cached in $KWOK_BIN"; return; }
+  lock_dir "$KWOK_BIN"
+  if [[ -z "$(stale "$KWOK_BIN" "$KWOK_VERSION" --say kwok)" ]]; then
+    unlock_dir; log "kwok $KWOK_VERSION: cached in $KWOK_BIN"; return
+  fi
+  local t0=$SECONDS tmp="$KWOK_BIN.tmp.$$"
+  rm -rf "$tmp"
+  mkdir -p "$tmp" "$KWOK_BIN"
+  log "kwok $KWOK_VERSION: go install sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION"
+  with_progress "kwok $KWOK_VERSION" env GOBIN="$tmp" nice -n "$NICE" "$GO" install \
+    -trimpath -ldflags "-s -w" "sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION" \
+    || { rm -rf "$tmp"; die "kwok $KWOK_VERSION: go install exited non-zero (output above)"; }
+  version_ok "$tmp/kwok" "$KWOK_VERSION" kwok \
+    || { local got; got="$(reported_version "$tmp/kwok" kwok)"; rm -rf "$tmp"
+         die "kwok $KWOK_VERSION: the built binary does not run or reports '${got:-nothing}' instead of $KWOK_VERSION"; }
+  mv -f "$tmp/kwok" "$KWOK_BIN/kwok"
+  rm -rf "$tmp"
+  unlock_dir
+  log "kwok $KWOK_VERSION: built in $((SECONDS - t0)) s"
+}
+
 # Every binary runs and reports its version, or the build has not finished.
 verify_all() {
   local bad
   bad="$(stale "$ETCD_BIN" "$ETCD_VERSION" --quiet etcd | sed "s|^|$ETCD_BIN/|")"
   bad+="$(stale "$CONTAINERD_BIN" "$CONTAINERD_VERSION" --quiet "${CONTAINERD_CMDS[@]}" | sed "s|^|$CONTAINERD_BIN/|")"
   bad+="$(stale "$K8S_BIN" "$K8S_VERSION" --quiet "${K8S_CMDS[@]}" | sed "s|^|$K8S_BIN/|")"
+  bad+="$(stale "$KWOK_BIN" "$KWOK_VERSION" --quiet kwok | sed "s|^|$KWOK_BIN/|")"
   [[ -z "$bad" ]] || die "$(echo "$bad" | head -1) is missing or does not run"
-  log "verified: etcd $ETCD_VERSION, ${CONTAINERD_CMDS[*]} $CONTAINERD_VERSION and ${K8S_CMDS[*]} $K8S_VERSION run and report their versions"
+  log "verified: etcd $ETCD_VERSION, ${CONTAINERD_CMDS[*]} $CONTAINERD_VERSION, ${K8S_CMDS[*]} $K8S_VERSION and kwok $KWOK_VERSION run and report their versions"
 }
 
 # Take the lock of one output directory (fd 9) before building into it; unlock_dir releases it.
@@ -293,16 +325,17 @@ lock_dir() {
 unlock_dir() { exec 9>&-; }
 
 case "${1:-all}" in
-  all | etcd | k8s | containerd) ;;
-  print-bin) echo "$K8S_BIN $ETCD_BIN $CONTAINERD_BIN"; exit 0 ;;
-  *) echo "usage: $0 [all|etcd|k8s|containerd|print-bin]" >&2; exit 2 ;;
+  all | etcd | k8s | containerd | kwok) ;;
+  print-bin) echo "$K8S_BIN $ETCD_BIN $CONTAINERD_BIN $KWOK_BIN"; exit 0 ;;
+  *) echo "usage: $0 [all|etcd|k8s|containerd|kwok|print-bin]" >&2; exit 2 ;;
 esac
 [[ -x "$GO" ]] || die "no Go toolchain (looked for 'go' on PATH and at $GO); install Go >= 1.26 or set GO"
 T0=$SECONDS
 case "${1:-all}" in
-  all) build_etcd; build_containerd; build_k8s; verify_all ;;
+  all) build_etcd; build_containerd; build_k8s; build_kwok; verify_all ;;
   etcd) build_etcd ;;
   k8s) build_k8s ;;
   containerd) build_containerd ;;
+  kwok) build_kwok ;;
 esac
-log "rig build finished in $((SECONDS - T0)) s (kubernetes $K8S_VERSION, etcd $ETCD_VERSION, containerd $CONTAINERD_VERSION)"
+log "rig build finished in $((SECONDS - T0)) s (kubernetes $K8S_VERSION, etcd $ETCD_VERSION, containerd $CONTAINERD_VERSION, kwok $KWOK_VERSION)"

@@ -73,6 +73,119 @@ TOOL_PACKAGES = {
 POLICY_RC_D = Path("/usr/sbin/policy-rc.d")
 
 
+# Seconds between two heartbeats of one kwok node (uniform in the range). The node-lifecycle
+# controller marks a node NotReady (and taints it) after --node-monitor-grace-period, 50 s by default;
+# 30-40 s keeps every node Ready with margin while costing about 1,213 / 35 = 35 status patches a
+# second for the openb cluster (kwok's own default, 20-25 s, would be about 54). Measured: docs/testing.md.
+KWOK_HEARTBEAT_S = (30.0, 40.0)
+
+
+def kwok_stages(heartbeat_s: tuple[float, float] = KWOK_HEARTBEAT_S) -> str:
+    """kwok's Stage objects for the rig (multi-document YAML; kwok's templates are Go templates).
+
+    node-initialize: a fake node that is not Ready gets Ready (and the pressure conditions False),
+    an address and node info; capacity and allocatable stay as the creator wrote them.
+    node-heartbeat: a Ready node's conditions are refreshed every ``heartbeat_s`` seconds.
+    pod-ready: a pod bound to a fake node, not being deleted and without an IP, becomes Running
+    and Ready with an IP from kwok's --cidr. pod-delete: a pod being deleted is removed (what the
+    kubelet does once its containers are gone); pods deleted with grace 0 never get here."""
+    lo, hi = (round(s * 1000) for s in heartbeat_s)
+    conditions = """      conditions:
+      - {type: Ready, status: "True", reason: KubeletReady, message: "kwok: fake node",
+         lastHeartbeatTime: {{ $now | Quote }}, lastTransitionTime: {{ $since | Quote }}}
+      - {type: MemoryPressure, status: "False", reason: KubeletHasSufficientMemory, message: "",
+         lastHeartbeatTime: {{ $now | Quote }}, lastTransitionTime: {{ $since | Quote }}}
+      - {type: DiskPressure, status: "False", reason: KubeletHasNoDiskPressure, message: "",
+         lastHeartbeatTime: {{ $now | Quote }}, lastTransitionTime: {{ $since | Quote }}}
+      - {type: PIDPressure, status: "False", reason: KubeletHasSufficientPID, message: "",
+         lastHeartbeatTime: {{ $now | Quote }}, lastTransitionTime: {{ $since | Quote }}}
+"""
+    ready_is = "'.status.conditions.[] | select( .type == \"Ready\" ) | .status'"
+    return f"""apiVersion: kwok.x-k8s.io/v1alpha1
+kind: Stage
+metadata: {{name: node-initialize}}
+spec:
+  resourceRef: {{apiGroup: v1, kind: Node}}
+  selector:
+    matchExpressions:
+    - {{key: {ready_is}, operator: NotIn, values: ["True"]}}
+  next:
+    statusTemplate: |
+      {{{{ $now := Now }}}}
+      {{{{ $since := or .metadata.creationTimestamp $now }}}}
+{conditions}      addresses:
+      - {{type: InternalIP, address: {{{{ NodeIP | Quote }}}}}}
+      - {{type: Hostname, address: {{{{ .metadata.name | Quote }}}}}}
+      allocatable:
+      {{{{ with .status.allocatable }}}}
+      {{{{ YAML . 1 }}}}
+      {{{{ end }}}}
+      capacity:
+      {{{{ with .status.capacity }}}}
+      {{{{ YAML . 1 }}}}
+      {{{{ end }}}}
+      daemonEndpoints: {{kubeletEndpoint: {{Port: 0}}}}
+      nodeInfo: {{architecture: amd64, operatingSystem: linux, kubeletVersion: kwok, kubeProxyVersion: kwok,
+                 bootID: "", containerRuntimeVersion: "", kernelVersion: "", machineID: "", osImage: "",
+                 systemUUID: ""}}
+      phase: Running
+---
+apiVersion: kwok.x-k8s.io/v1alpha1
+kind: Stage
+metadata: {{name: node-heartbeat}}
+spec:
+  resourceRef: {{apiGroup: v1, kind: Node}}
+  selector:
+    matchExpressions:
+    - {{key: .status.phase, operator: In, values: [Running]}}
+    - {{key: {ready_is}, operator: In, values: ["True"]}}
+  delay: {{durationMilliseconds: {lo}, jitterDurationMilliseconds: {hi}}}
+  next:
+    statusTemplate: |
+      {{{{ $now := Now }}}}
+      {{{{ $since := or .metadata.creationTimestamp $now }}}}
+{conditions}  immediateNextStage: true
+---
+apiVersion: kwok.x-k8s.io/v1alpha1
+kind: Stage
+metadata: {{name: pod-ready}}
+spec:
+  resourceRef: {{apiGroup: v1, kind: Pod}}
+  selector:
+    matchExpressions:
+    - {{key: .metadata.deletionTimestamp, operator: DoesNotExist}}
+    - {{key: .status.podIP, operator: DoesNotExist}}
+  next:
+    statusTemplate: |
+      {{{{ $now := Now }}}}
+      conditions:
+      - {{type: Initialized, status: "True", lastTransitionTime: {{{{ $now | Quote }}}}}}
+      - {{type: Ready, status: "True", lastTransitionTime: {{{{ $now | Quote }}}}}}
+      - {{type: ContainersReady, status: "True", lastTransitionTime: {{{{ $now | Quote }}}}}}
+      containerStatuses:
+      {{{{ range .spec.containers }}}}
+      - {{name: {{{{ .name | Quote }}}}, image: {{{{ .image | Quote }}}}, ready: true, restartCount: 0,
+         state: {{running: {{startedAt: {{{{ $now | Quote }}}}}}}}}}
+      {{{{ end }}}}
+      hostIP: {{{{ NodeIPWith .spec.nodeName | Quote }}}}
+      {{{{ $uid := or .metadata.uid "" }}}}{{{{ $name := or .metadata.name "" }}}}
+      podIP: {{{{ PodIPWith .spec.nodeName false $uid $name ( or .metadata.namespace "" ) | Quote }}}}
+      phase: Running
+      startTime: {{{{ $now | Quote }}}}
+---
+apiVersion: kwok.x-k8s.io/v1alpha1
+kind: Stage
+metadata: {{name: pod-delete}}
+spec:
+  resourceRef: {{apiGroup: v1, kind: Pod}}
+  selector:
+    matchExpressions:
+    - {{key: .metadata.deletionTimestamp, operator: Exists}}
+  next:
+    delete: true
+"""
+
+
 class RigError(RuntimeError):
     """The rig cannot be built, started or used; the message says which step and why."""
 
@@ -136,6 +249,7 @@ VERSION_VARS = {
     "k8s": "KUBEGPU_RIG_K8S_VERSION",
     "etcd": "KUBEGPU_RIG_ETCD_VERSION",
     "containerd": "KUBEGPU_RIG_CONTAINERD_VERSION",
+    "kwok": "KUBEGPU_RIG_KWOK_VERSION",
 }
 CONTAINERD_CMDS = ("containerd", "containerd-shim-runc-v2", "ctr")
 # Feature gates the rig sets on every component, beyond the version's defaults (docs/testing.md "DRA
@@ -195,6 +309,7 @@ class Paths:
     k8s_version: str
     etcd_version: str
     containerd_version: str
+    kwok_version: str
 
     @classmethod
     def from_env(cls) -> Paths:
@@ -206,6 +321,7 @@ class Paths:
             k8s_version=versions["k8s"],
             etcd_version=versions["etcd"],
             containerd_version=versions["containerd"],
+            kwok_version=versions["kwok"],
         )
 
     def bin(self, name: str) -> Path:
@@ -213,12 +329,14 @@ class Paths:
             return self.cache / "bin" / f"etcd-{self.etcd_version}" / "etcd"
         if name in CONTAINERD_CMDS:
             return self.cache / "bin" / f"containerd-{self.containerd_version}" / name
+        if name == "kwok":
+            return self.cache / "bin" / f"kwok-{self.kwok_version}" / "kwok"
         return self.cache / "bin" / f"k8s-{self.k8s_version}" / name
 
     def all_bins(self) -> list[Path]:
         """Every binary build.sh makes; the rig needs all of them."""
         k8s = ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet", "kubectl")
-        return [self.bin(n) for n in ("etcd", *CONTAINERD_CMDS, *k8s)]
+        return [self.bin(n) for n in ("etcd", *CONTAINERD_CMDS, *k8s, "kwok")]
 
     @property
     def pki(self) -> Path:
@@ -258,12 +376,14 @@ def build(paths: Paths) -> float:
     env[VERSION_VARS["k8s"]] = paths.k8s_version
     env[VERSION_VARS["etcd"]] = paths.etcd_version
     env[VERSION_VARS["containerd"]] = paths.containerd_version
+    env[VERSION_VARS["kwok"]] = paths.kwok_version
     if not shutil.which("go", path=env.get("PATH")) and Path("/usr/local/go/bin/go").exists():
         env["PATH"] = "/usr/local/go/bin:" + env.get("PATH", "")
     proc = subprocess.run([str(HERE / "build.sh"), "all"], env=env, check=False)
     if proc.returncode != 0:
         raise RigError(
-            f"building Kubernetes/etcd/containerd failed (exit {proc.returncode}); see the build output above"
+            f"building Kubernetes/etcd/containerd/kwok failed (exit {proc.returncode}); "
+            "see the build output above"
         )
     return time.monotonic() - t0
 
@@ -864,7 +984,8 @@ class Rig:
             "apiVersion": "kubescheduler.config.k8s.io/v1",
             "kind": "KubeSchedulerConfiguration",
             **config,
-            "clientConnection": {"kubeconfig": str(kubeconfig)},
+            # qps/burst may be given (a replay of thousands of pods); the kubeconfig is the rig's
+            "clientConnection": {**config.get("clientConnection", {}), "kubeconfig": str(kubeconfig)},
             "leaderElection": {"leaderElect": False},
         }
         (d / "config.yaml").write_text(json.dumps(full, indent=2) + "\n")
@@ -895,6 +1016,53 @@ class Rig:
 
     def stop_extra_scheduler(self) -> None:
         self.stop(self.EXTRA_SCHEDULER)
+
+    # --- kwok (fake nodes for scheduler-scale tests, docs/testing.md "kwok") -------------------------
+
+    KWOK = "kwok"
+    KWOK_PORT = 10279  # kwok's own /healthz
+    KWOK_ANNOTATION = "kwok.x-k8s.io/node"  # value "fake": the nodes kwok manages (and their taint)
+    KWOK_POD_CIDR = "10.244.0.0/16"  # fake pod IPs; apart from the rig's real pod subnet
+
+    def start_kwok(
+        self, *, heartbeat_s: tuple[float, float] = KWOK_HEARTBEAT_S, timeout_s: float = 60.0
+    ) -> int:
+        """Start kwok against the rig's API server, managing only the nodes annotated
+        ``kwok.x-k8s.io/node=fake`` (the rig's real node is never touched), with the stages of
+        ``kwok_stages`` (``heartbeat_s``: the range of seconds between one fake node's heartbeats).
+        Nodes are created by the caller (kwok registers none). Returns its PID once ``/healthz``
+        answers; stop it with ``stop_kwok``."""
+        kwok = self.paths.bin("kwok")
+        if not kwok.exists():
+            raise RigError(f"no kwok binary at {kwok}; run `python3 -m tests.e2e.rig build`")
+        d = self.paths.component_dir(self.KWOK)
+        d.mkdir(parents=True, exist_ok=True)
+        (d / "stages.yaml").write_text(kwok_stages(heartbeat_s))
+        pid = self._spawn(
+            self.KWOK,
+            [
+                kwok,
+                f"--kubeconfig={self.paths.kubeconfig}",
+                f"--config={d / 'stages.yaml'}",
+                "--manage-all-nodes=false",
+                f"--manage-nodes-with-annotation-selector={self.KWOK_ANNOTATION}=fake",
+                f"--cidr={self.KWOK_POD_CIDR}",
+                "--node-ip=10.244.0.1",
+                "--node-lease-duration-seconds=0",
+                f"--server-address=127.0.0.1:{self.KWOK_PORT}",
+            ],
+        )
+
+        def healthy() -> bool:
+            self._check_alive(self.KWOK)
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.KWOK_PORT}/healthz", timeout=2) as r:
+                return r.status == 200
+
+        _wait("kwok /healthz", healthy, timeout_s, lambda: self.log_tail(self.KWOK))
+        return pid
+
+    def stop_kwok(self) -> None:
+        self.stop(self.KWOK)
 
     def _containerd_config(self) -> str:
         """containerd 2.x, config version 3 (2.4 migrates it to its version 4 in memory at start).
@@ -1278,6 +1446,7 @@ state = '{d / "state"}'
         self.stop("kubelet")
         self._clean_containers()
         self.stop_extra_scheduler()  # a test's own scheduler, if one was left running
+        self.stop_kwok()  # likewise kwok (fake nodes)
         for name in ("containerd", "kube-scheduler", "kube-controller-manager", "kube-apiserver", "etcd"):
             self.stop(name)
         self._stop_shims()

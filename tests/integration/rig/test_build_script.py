@@ -22,9 +22,10 @@ BUILD_SH = Path(__file__).resolve().parents[2] / "e2e" / "rig" / "build.sh"
 K8S = "v1.34.4"
 ETCD = "v3.6.16"
 CTRD = "v2.4.2"
+KWOK = "v0.8.0"
 K8S_CMDS = ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet", "kubectl")
 CTRD_CMDS = ("containerd", "containerd-shim-runc-v2", "ctr")
-ALL = ("etcd", *CTRD_CMDS, *K8S_CMDS)
+ALL = ("etcd", *CTRD_CMDS, *K8S_CMDS, "kwok")
 
 pytestmark = pytest.mark.integration
 
@@ -59,6 +60,18 @@ case "$1" in
       *) body='echo "Kubernetes $K8S"' ;;
     esac
     printf '#!/bin/sh\n%s\n' "$body" > "$out"; chmod +x "$out"; exit 0 ;;
+  install)
+    # `go install [flags] sigs.k8s.io/kwok/cmd/kwok@VER` into $GOBIN (kwok: upstream's own module)
+    pkg=${@: -1}; pkg=${pkg%@*}; name=${pkg##*/}
+    echo "$name install" >> "$FAKE_GO_LOG"
+    sleep "${FAKE_GO_BUILD_S:-0}"
+    if [[ "${FAKE_GO_FAIL:-}" == "$name" ]]; then echo "compile error in $name" >&2; exit 1; fi
+    [[ -n "${GOBIN:-}" ]] || { echo "fake go: install without GOBIN" >&2; exit 2; }
+    if [[ "${FAKE_GO_BROKEN:-}" == "$name" ]]; then
+      printf 'not a program' > "$GOBIN/$name"; chmod +x "$GOBIN/$name"; exit 0
+    fi
+    printf '#!/bin/sh\necho "kwok version $KWOK go1.26.8 (linux/amd64)"\n' > "$GOBIN/$name"
+    chmod +x "$GOBIN/$name"; exit 0 ;;
 esac
 echo "fake go: unexpected: $*" >&2; exit 2
 """
@@ -71,7 +84,10 @@ class FakeToolchain:
         self.go = root / "go"
         self.build_log = root / "builds.log"
         script = (
-            FAKE_GO.replace("${ETCD#v}", ETCD.removeprefix("v")).replace("$K8S", K8S).replace("$CTRD", CTRD)
+            FAKE_GO.replace("${ETCD#v}", ETCD.removeprefix("v"))
+            .replace("$K8S", K8S)
+            .replace("$CTRD", CTRD)
+            .replace("$KWOK", KWOK)
         )
         self.go.write_text(script)
         self.go.chmod(self.go.stat().st_mode | stat.S_IXUSR)
@@ -95,6 +111,7 @@ class FakeToolchain:
             "KUBEGPU_RIG_K8S_VERSION": K8S,
             "KUBEGPU_RIG_ETCD_VERSION": ETCD,
             "KUBEGPU_RIG_CONTAINERD_VERSION": CTRD,
+            "KUBEGPU_RIG_KWOK_VERSION": KWOK,
             "KUBEGPU_RIG_NICE": "0",
             "FAKE_GO_LOG": str(self.build_log),
             "FAKE_GO_UPSTREAM_MOD": str(upstream),
@@ -115,6 +132,8 @@ class FakeToolchain:
             return self.cache / "bin" / f"etcd-{ETCD}" / "etcd"
         if name in CTRD_CMDS:
             return self.cache / "bin" / f"containerd-{CTRD}" / name
+        if name == "kwok":
+            return self.cache / "bin" / f"kwok-{KWOK}" / "kwok"
         return self.cache / "bin" / f"k8s-{K8S}" / name
 
     def builds(self) -> list[str]:
@@ -234,7 +253,7 @@ def test_versions_come_from_versions_env_and_the_environment_wins(go: FakeToolch
     versions = tmp_path / "versions.env"
     versions.write_text(
         "# comment\nKUBEGPU_RIG_K8S_VERSION=v1.99.1  # newest\n"
-        "KUBEGPU_RIG_ETCD_VERSION=v3.9.0\nKUBEGPU_RIG_CONTAINERD_VERSION=v2.9.9\n"
+        "KUBEGPU_RIG_ETCD_VERSION=v3.9.0\nKUBEGPU_RIG_CONTAINERD_VERSION=v2.9.9\nKUBEGPU_RIG_KWOK_VERSION=v0.9.1\n"
     )
     env = {k: v for k, v in go.env.items() if not k.endswith("_VERSION")}
     env["KUBEGPU_RIG_VERSIONS_FILE"] = str(versions)
@@ -250,8 +269,13 @@ def test_versions_come_from_versions_env_and_the_environment_wins(go: FakeToolch
         assert proc.returncode == 0, proc.stderr
         return [Path(p).name for p in proc.stdout.split()]
 
-    assert print_bin() == ["k8s-v1.99.1", "etcd-v3.9.0", "containerd-v2.9.9"]
-    assert print_bin(KUBEGPU_RIG_K8S_VERSION="v1.34.4") == ["k8s-v1.34.4", "etcd-v3.9.0", "containerd-v2.9.9"]
+    assert print_bin() == ["k8s-v1.99.1", "etcd-v3.9.0", "containerd-v2.9.9", "kwok-v0.9.1"]
+    assert print_bin(KUBEGPU_RIG_K8S_VERSION="v1.34.4") == [
+        "k8s-v1.34.4",
+        "etcd-v3.9.0",
+        "containerd-v2.9.9",
+        "kwok-v0.9.1",
+    ]
     versions.write_text("KUBEGPU_RIG_K8S_VERSION=v1.99.1\n")
     proc = subprocess.run(
         ["bash", str(BUILD_SH), "all"], env=env, capture_output=True, text=True, check=False
@@ -278,6 +302,7 @@ def test_build_sh_and_the_rig_read_the_same_versions() -> None:
         str(paths.bin("kubelet").parent),
         str(paths.bin("etcd").parent),
         str(paths.bin("containerd").parent),
+        str(paths.bin("kwok").parent),
     ]
 
 
@@ -330,3 +355,20 @@ def test_the_helm_build_prints_progress_verifies_and_prints_only_its_path(tmp_pa
     assert result.stdout.strip() == str(helm)
     assert "go build: still running (" in result.stderr
     assert "built and verified" in result.stderr
+
+
+def test_kwok_is_go_installed_into_its_own_directory_checked_and_cached(go: FakeToolchain) -> None:
+    result = go.run("kwok")
+    assert result.returncode == 0, result.stderr
+    assert go.build_tags() == ["kwok install"]
+    assert os.access(go.bin("kwok"), os.X_OK)
+    assert not list(go.bin("kwok").parent.parent.glob("kwok-*.tmp.*")), "a temporary directory was left"
+    assert go.run("kwok").returncode == 0
+    assert go.build_tags() == ["kwok install"], "a warm run rebuilt kwok"
+
+
+def test_a_kwok_that_does_not_run_stops_the_build_and_is_not_left_in_place(go: FakeToolchain) -> None:
+    result = go.run("kwok", FAKE_GO_BROKEN="kwok")
+    assert result.returncode != 0
+    assert "kwok v0.8.0: the built binary does not run" in result.stderr
+    assert not go.bin("kwok").exists()

@@ -134,9 +134,14 @@ def test_the_versions_file_is_read_and_the_environment_overrides_it(tmp_path: Pa
     f = tmp_path / "versions.env"
     f.write_text(
         "# c\nKUBEGPU_RIG_K8S_VERSION=v1.37.2 # x\nKUBEGPU_RIG_ETCD_VERSION=v3.6.16\n"
-        "KUBEGPU_RIG_CONTAINERD_VERSION=v2.4.2\n"
+        "KUBEGPU_RIG_CONTAINERD_VERSION=v2.4.2\nKUBEGPU_RIG_KWOK_VERSION=v0.8.0\n"
     )
-    assert rigmod.load_versions(f, {}) == {"k8s": "v1.37.2", "etcd": "v3.6.16", "containerd": "v2.4.2"}
+    assert rigmod.load_versions(f, {}) == {
+        "k8s": "v1.37.2",
+        "etcd": "v3.6.16",
+        "containerd": "v2.4.2",
+        "kwok": "v0.8.0",
+    }
     assert rigmod.load_versions(f, {"KUBEGPU_RIG_K8S_VERSION": "v1.34.4"})["k8s"] == "v1.34.4"
     f.write_text("KUBEGPU_RIG_K8S_VERSION=v1.37.2\n")
     with pytest.raises(rigmod.RigError, match="sets no KUBEGPU_RIG_ETCD_VERSION"):

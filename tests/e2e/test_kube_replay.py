@@ -1,0 +1,177 @@
+"""A scaled-down openb replay on the real control plane (issue 15): kwok nodes, a real kube-scheduler with
+`kubegpu extender`, and every placement equal to `kubegpu sim`'s for the same arrivals.
+
+122 kwok nodes (every 10th openb GPU node) and the arrivals of seed 42 for every 8th openb pod,
+inflated to 100 % of the subset's GPUs (819 pods, the last ones find no room), go through the rig's
+API server to a second kube-scheduler configured with the extender (filter + bind,
+percentageOfNodesToScore 100, every pod sent to it), policy `kubegpu`, the subset's pods as its
+workload. Each pod's node and GPUs (indices, and the UUIDs the node publishes) must be the ones the
+simulator picks, the pods the simulator drops must be refused, and kwok must turn the placed pods
+Running. The trace comes from ../shared/data/openb beside the checkout (KUBEGPU_OPENB_DIR overrides);
+without it the test fails saying so.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.conftest import Cluster, kubegpu_argv, say, wait_until
+from tests.e2e.rig.rig import NODE_NAME, Rig
+from tests.e2e.test_extender import ExtenderProcess, free_port
+
+pytestmark = pytest.mark.e2e
+
+NODES, PODS = "openb_node_list_gpu_node.csv", "openb_pod_list_default.csv"
+NODE_STEP, POD_STEP, SEED, INFLATE = 10, 8, 42, 1.0
+SCHEDULER = "kubegpu-replay"
+
+
+def openb_dir() -> Path:
+    env = os.environ.get("KUBEGPU_OPENB_DIR")
+    return Path(env) if env else Path(__file__).resolve().parents[2].parent / "shared" / "data" / "openb"
+
+
+@pytest.fixture
+def subset(tmp_path: Path) -> tuple[Path, Path]:
+    from kubegpu.sim.trace import load_nodes, load_pods, write_nodes, write_pods
+
+    data = openb_dir()
+    if not (data / NODES).exists() or not (data / PODS).exists():
+        pytest.fail(
+            f"the openb trace is not in {data} (CI keeps it beside the clone as shared/data/openb; "
+            "set KUBEGPU_OPENB_DIR): the kube replay test cannot run",
+            pytrace=False,
+        )
+    nodes, pods = tmp_path / "nodes.csv", tmp_path / "pods.csv"
+    write_nodes(nodes, load_nodes(data / NODES)[::NODE_STEP])
+    write_pods(pods, load_pods(data / PODS)[::POD_STEP])
+    return nodes, pods
+
+
+def replay_config(url: str) -> dict[str, object]:
+    return {
+        "clientConnection": {"qps": 500, "burst": 1000},
+        "percentageOfNodesToScore": 100,
+        "profiles": [
+            {
+                "schedulerName": SCHEDULER,
+                "plugins": {"postFilter": {"disabled": [{"name": "DefaultPreemption"}]}},
+            }
+        ],
+        "extenders": [
+            {
+                "urlPrefix": url,
+                "filterVerb": "filter",
+                "bindVerb": "bind",
+                "nodeCacheCapable": True,
+                "enableHTTPS": False,
+                "httpTimeout": "10s",
+            }
+        ],
+    }
+
+
+@pytest.fixture
+def kwok(rig: Rig) -> Iterator[Rig]:
+    rig.start_kwok()
+    try:
+        yield rig
+    finally:
+        rig.stop_kwok()
+        print(rig.log_tail(rig.KWOK, 30))
+
+
+def test_the_extender_in_kube_scheduler_places_every_pod_where_the_sim_does(
+    cluster: Cluster, kwok: Rig, subset: tuple[Path, Path], tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    from kubegpu.kubeapi import KubeApi
+    from kubegpu.sim.kube import KubeReplay, KubeReplayConfig, Outcome, gpu_uuid
+    from kubegpu.sim.replay import replay
+    from kubegpu.sim.scoring import Policy
+    from kubegpu.sim.trace import load_trace
+    from kubegpu.sim.workload import prepare
+
+    nodes_csv, pods_csv = subset
+    trace = load_trace(nodes_csv, pods_csv)
+    workload = prepare(trace)
+    api = KubeApi(kubeconfig=str(kwok.paths.kubeconfig))
+    engine = KubeReplay(api, trace, workload, say=lambda line: say(request.config, line))
+    ext = ExtenderProcess(kwok, free_port(), tmp_path / "extender.log")
+    ext.argv = kubegpu_argv(
+        "extender",
+        "--listen",
+        f"127.0.0.1:{ext.port}",
+        "--kubeconfig",
+        str(kwok.paths.kubeconfig),
+        "--policy",
+        "kubegpu",
+        "--workload",
+        str(pods_csv),
+    )
+    namespace = cluster.namespace("replay")
+    t0 = time.monotonic()
+    try:
+        nodes_s = engine.create_nodes(ready_timeout_s=90)
+        ext.start()
+        kwok.start_extra_scheduler(replay_config(f"http://127.0.0.1:{ext.port}/kubegpu"))
+        config = KubeReplayConfig(scheduler_name=SCHEDULER, seed=SEED, inflate=INFLATE, namespace=namespace)
+        run = engine.run(config, extender=True)
+        say(
+            request.config,
+            f"[e2e] kube replay: {len(trace.nodes)} kwok nodes Ready in {nodes_s:.1f} s, {run.count} pods in "
+            f"{run.seconds:.1f} s ({run.pods_per_second:.1f} pods/s), {run.placed_count} placed",
+        )
+
+        sim = replay(workload, Policy("kubegpu"), SEED, inflate=INFLATE)
+        assert run.count == len(sim.placed)
+        expected = [
+            workload.node_names[int(r)] if ok else None for r, ok in zip(sim.node, sim.placed, strict=True)
+        ]
+        wrong = [
+            (step, (run.node[step], run.gpus[step]), (expected[step], sim.gpus[step]))
+            for step in range(run.count)
+            if (run.node[step], run.gpus[step]) != (expected[step], sim.gpus[step])
+        ]
+        assert not wrong, f"{len(wrong)} pods placed unlike the sim; first: {wrong[:5]}"
+        assert run.failed(Outcome.ADMISSION) == 0, "the extender over-committed a GPU"
+        assert run.failed(Outcome.UNSCHEDULABLE) == int((~sim.placed).sum()) > 0
+
+        # the assignment names the GPUs by the UUIDs the node publishes; every placed pod runs on kwok
+        def placed_pods() -> list[dict[str, object]]:
+            items, _ = api.list_objects(f"/api/v1/namespaces/{namespace}/pods")
+            return items
+
+        pods = wait_until(
+            f"{run.placed_count} replay pods Running",
+            placed_pods,
+            60,
+            accept=lambda items: (
+                sum((p.get("status") or {}).get("phase") == "Running" for p in items) == run.placed_count
+            ),
+        )
+        assert len(pods) == run.placed_count, "refused pods were deleted"
+        for obj in pods:
+            meta = obj["metadata"]
+            step = int(meta["annotations"]["kubegpu.io/replay-step"])
+            node = obj["spec"]["nodeName"]
+            assert node != NODE_NAME
+            assert node == expected[step]
+            text = meta["annotations"].get("kubegpu.io/gpu-assignment")
+            if run.gpus[step]:  # a GPU pod: the extender wrote its GPUs, by index and by the node's UUIDs
+                doc = json.loads(text)
+                assert doc["node"] == node and tuple(doc["gpus"]) == run.gpus[step]
+                assert doc["uuids"] == [gpu_uuid(node, g) for g in doc["gpus"]]
+    finally:
+        kwok.stop_extra_scheduler()
+        ext.stop()
+        engine.clear_pods(namespace)
+        engine.delete_nodes()
+        print(ext.log_tail(40))
+        print(kwok.log_tail(kwok.EXTRA_SCHEDULER, 40))
+    say(request.config, f"[e2e] kube replay test body: {time.monotonic() - t0:.1f} s")
