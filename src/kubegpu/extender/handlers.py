@@ -117,7 +117,10 @@ class Extender:
         except KubegpuError as exc:
             return {"Error": f"kubegpu: {exc}"}
         try:
-            self.binder.bind(ns, name, uid=uid, node=node, annotations={ANNOTATION: encode(assignment)})
+            # a pod without GPUs (CPU-only pods reach the extender when managedResources is empty) gets
+            # no assignment: there is nothing to record, and a share-less annotation would not decode
+            annotations = {ANNOTATION: encode(assignment)} if assignment.gpus else {}
+            self.binder.bind(ns, name, uid=uid, node=node, annotations=annotations)
         except ApiServerError as exc:
             self.ledger.end_bind(uid, ok=False)
             log.warning("bind failed: %s/%s to %s: %s", ns, name, node, exc)

@@ -32,7 +32,6 @@ The result has the sim's per-arrival arrays, so allocation curves are computed t
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import queue
 import threading
@@ -45,8 +44,9 @@ from urllib.parse import quote
 
 import numpy as np
 
-from kubegpu.errors import ApiServerError, InputError, ReplayError
+from kubegpu.errors import ApiServerError, InputError, PlacementError, ReplayError
 from kubegpu.kubeapi import ApiObject, KubeApi
+from kubegpu.model.assignment import ANNOTATION, UUIDS_ANNOTATION, assignment_of
 from kubegpu.sim.curves import discrete_curve
 from kubegpu.sim.scoring import MILLI, BoolArray, IntArray
 from kubegpu.sim.trace import NodeRecord, PodRecord, Trace
@@ -74,10 +74,7 @@ GPU_RESOURCE = "nvidia.com/gpu"
 GPU_MILLI_RESOURCE = "kubegpu.io/gpu-milli"
 MODEL_LABEL = "nvidia.com/gpu.product"
 COUNT_LABEL = "nvidia.com/gpu.count"
-UUIDS_ANNOTATION = "kubegpu.io/gpu-uuids"
-# the extender's format (kubegpu.extender.assignment; the sim sits below the extender and reads it
-# here with a decoder of its own: node, gpus, milli)
-ASSIGNMENT_ANNOTATION = "kubegpu.io/gpu-assignment"
+ASSIGNMENT_ANNOTATION = ANNOTATION  # the extender's format, kubegpu.model.assignment
 KWOK_KEY = "kwok.x-k8s.io/node"  # annotation (kwok manages the node) and taint key; value "fake"
 REPLAY_LABEL = "kubegpu.io/replay"  # on every node and pod the engine creates
 REPLAY_VALUE = "openb"
@@ -316,15 +313,11 @@ def _unschedulable(pod: Mapping[str, Any]) -> bool:
 
 def _assigned_gpus(pod: Mapping[str, Any]) -> tuple[str | None, tuple[int, ...]] | None:
     """(node, GPUs) from the extender's assignment annotation, ``None`` without a readable one."""
-    text = ((pod.get("metadata") or {}).get("annotations") or {}).get(ASSIGNMENT_ANNOTATION)
-    if text is None:
-        return None
     try:
-        doc = json.loads(text)
-        gpus = tuple(int(g) for g in doc.get("gpus", []))
-    except (ValueError, TypeError, AttributeError):
+        found = assignment_of(pod)
+    except PlacementError:
         return None
-    return str(doc.get("node", "")) or None, gpus
+    return None if found is None else (found.node or None, found.gpus)
 
 
 class KubeReplay:

@@ -67,6 +67,17 @@ def test_bind_writes_the_assignment_in_the_binding() -> None:
     assert decode(annotations[ANNOTATION]).milli == 250
 
 
+def test_a_cpu_only_pod_is_bound_without_an_assignment() -> None:
+    """With an empty managedResources list CPU-only pods reach the extender too; their Binding carries
+    no GPU assignment (one with no GPUs would not decode on the node or after a restart)."""
+    binder = FakeBinder()
+    ext = Extender(ledger([gpu_node("n1", 1)]), binder)
+    pod = gpu_pod("cpu", cpu_milli=500)
+    ext.filter({"Pod": pod, "NodeNames": ["n1"]})
+    assert ext.bind(bind_args(pod, "n1")) == {"Error": ""}
+    assert binder.bound == [("default/cpu", "n1", {})]
+
+
 def test_a_refused_binding_frees_the_gpus_and_reports_the_error() -> None:
     book = ledger([gpu_node("n1", 1)])
     ext = Extender(book, FakeBinder(refuse=True))
