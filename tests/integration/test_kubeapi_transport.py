@@ -4,7 +4,11 @@ the watch stream."""
 
 from __future__ import annotations
 
+import base64
 import json
+import shutil
+import ssl
+import subprocess
 import sys
 import threading
 from collections.abc import Iterator
@@ -170,3 +174,57 @@ def test_missing_or_broken_kubeconfigs(tmp_path: Path) -> None:
     bad.write_text(json.dumps({"current-context": "c", "contexts": [{"name": "c", "context": {}}]}))
     with pytest.raises(ApiServerError, match=r"contexts\[c\]\.context\.cluster"):
         KubeApi(kubeconfig=str(bad))
+
+
+def _pki(tmp: Path) -> dict[str, Path]:
+    """A CA, a server certificate for 127.0.0.1 and a client certificate (CN me), by openssl."""
+    openssl = shutil.which("openssl")
+    if openssl is None:
+        pytest.skip("no openssl")
+
+    def run(*args: str) -> None:
+        subprocess.run([openssl, *args], cwd=tmp, check=True, capture_output=True, timeout=60)
+
+    run("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.crt", "-days", "2",
+        "-subj", "/CN=test-ca")  # fmt: skip
+    for name, ext in (("server", "subjectAltName=IP:127.0.0.1"), ("client", "extendedKeyUsage=clientAuth")):
+        run("req", "-newkey", "rsa:2048", "-nodes", "-keyout", f"{name}.key", "-out", f"{name}.csr",
+            "-subj", f"/CN={'me' if name == 'client' else '127.0.0.1'}")  # fmt: skip
+        (tmp / f"{name}.ext").write_text(ext + "\n")
+        run("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial",
+            "-days", "2", "-out", f"{name}.crt", "-extfile", f"{name}.ext")  # fmt: skip
+    return {n: tmp / n for n in ("ca.crt", "server.crt", "server.key", "client.crt", "client.key")}
+
+
+def test_tls_with_inline_ca_and_client_certificate(tmp_path: Path) -> None:
+    pki = _pki(tmp_path)
+    Stub.script, Stub.seen = {"/api/v1/nodes/n0": [(200, b"{}")]}, []
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), Stub)
+    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH, cafile=str(pki["ca.crt"]))
+    ctx.verify_mode = ssl.CERT_REQUIRED
+    ctx.load_cert_chain(pki["server.crt"], pki["server.key"])
+    srv.socket = ctx.wrap_socket(srv.socket, server_side=True)
+    srv.daemon_threads = True
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        url = f"https://127.0.0.1:{srv.server_address[1]}"
+
+        def data(name: str) -> str:
+            return base64.b64encode(pki[name].read_bytes()).decode()
+
+        path = kubeconfig(
+            tmp_path, url, {"client-certificate-data": data("client.crt"), "client-key": "client.key"}
+        )
+        doc = json.loads(path.read_text())
+        doc["clusters"][0]["cluster"]["certificate-authority-data"] = data("ca.crt")
+        path.write_text(json.dumps(doc))
+        assert KubeApi(kubeconfig=str(path)).get_node("n0") == {}
+        # the server's certificate signed by another CA: refused, and said so
+        doc["clusters"][0]["cluster"]["certificate-authority-data"] = data("client.crt")
+        path.write_text(json.dumps(doc))
+        with pytest.raises(ApiServerError) as err:
+            KubeApi(kubeconfig=str(path)).get_node("n0", quick=True)
+        assert err.value.status == 0 and "CERTIFICATE_VERIFY_FAILED" in str(err.value)
+    finally:
+        srv.shutdown()
+        srv.server_close()
