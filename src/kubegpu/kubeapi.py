@@ -1,11 +1,18 @@
 """The one small client every agent-side adapter uses to talk to the API server.
 
-Why one module: timeouts, retries, credentials and field managers are decided once. Calls go through
-the official ``kubernetes`` client's transport (kubeconfig, or the pod's service account) but send and
-receive raw JSON (``dict``), so callers never see model classes and tests can compare against
-``kubectl get -o json``. Every call has a connect/read timeout; reads and server-side applies (both
-idempotent) are retried on connection errors, 5xx and 429 with a short backoff; other writes are tried
-once and their caller decides (an eviction answered 429 by a PodDisruptionBudget is retried later by
+Why one module: timeouts, retries, credentials and field managers are decided once. The transport is
+its own, on urllib3 (one thread-safe pool manager): raw JSON (``dict``) in and out, so callers never
+see model classes and tests can compare against ``kubectl get -o json``. Credentials
+(``kubegpu.kubeconfig``): in a pod, the service account (``KUBERNETES_SERVICE_HOST``/``_PORT``,
+``ca.crt``, and the token file, re-read every minute because bound tokens rotate); else the kubeconfig
+(``--kubeconfig``, the first file of ``$KUBECONFIG``, ``~/.kube/config``): CA, client certificate and
+key, token or token file. A kubeconfig that needs an ``exec`` or ``auth-provider`` plugin (EKS, GKE)
+goes through the official ``kubernetes`` client's loader when it is installed (it is not in the
+container image), else fails with one message naming the field.
+
+Every call has a connect/read timeout; reads and server-side applies (both idempotent) are retried on
+connection errors, 5xx and 429 with a short backoff; other writes are tried once and their caller
+decides (an eviction answered 429 by a PodDisruptionBudget is retried later by
 the quarantine, never turned into a delete). Failures raise ``ApiServerError`` with the HTTP status.
 
 Watches (``list_objects`` then ``watch`` from its resource version) stream one JSON event per line;
@@ -23,16 +30,26 @@ each other's fields. The scheduler extender writes its GPU assignment on pods an
 from __future__ import annotations
 
 import json
+import logging
 import os
+import ssl
+import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlencode
 
+import urllib3
+import yaml
+from urllib3.exceptions import HTTPError
+
+from kubegpu import __version__
 from kubegpu.backoff import Backoff, describe
 from kubegpu.echo import clip
 from kubegpu.errors import ApiServerError
+from kubegpu.kubeconfig import SERVICE_ACCOUNT, Access, Pem, Plugin, in_cluster_access, kubeconfig_file, parse
 
 __all__ = [
     "DRA_FIELD_MANAGER",
@@ -55,7 +72,11 @@ REQUEST_TIMEOUT_S = (3.0, 10.0)  # connect, read
 QUICK_TIMEOUT_S = (1.0, 3.0)
 RETRIES = 3  # attempts of an idempotent call
 _RETRIABLE = {0, 429, 500, 502, 503, 504}
-_SA_TOKEN = Path("/var/run/secrets/kubernetes.io/serviceaccount/token")
+_SA_TOKEN = SERVICE_ACCOUNT / "token"
+TOKEN_REREAD_S = 60.0  # bound service-account tokens rotate on disk
+POOL_SIZE = 8  # connections kept per API server (watches hold one each)
+USER_AGENT = f"kubegpu/{__version__}"
+log = logging.getLogger(__name__)
 
 
 def in_cluster() -> bool:
@@ -63,38 +84,189 @@ def in_cluster() -> bool:
     return bool(os.environ.get("KUBERNETES_SERVICE_HOST")) and _SA_TOKEN.exists()
 
 
+class _TokenFile:
+    """A bearer token read from a file and re-read every ``period_s``: bound service-account tokens
+    (and a kubeconfig's ``tokenFile``) are rotated on disk. A read that fails after one succeeded
+    keeps the last token (logged); the API server answers 401 when it has expired."""
+
+    def __init__(self, path: Path, *, clock: Callable[[], float], period_s: float = TOKEN_REREAD_S) -> None:
+        self._path, self._clock, self._period_s = path, clock, period_s
+        self._lock = threading.Lock()
+        self._token = self._read()
+        self._read_at = clock()
+
+    def _read(self) -> str:
+        token = self._path.read_text().strip()
+        if not token:
+            raise ValueError(f"{self._path} is empty")
+        return token
+
+    def __call__(self) -> str:
+        with self._lock:
+            if self._clock() - self._read_at >= self._period_s:
+                self._read_at = self._clock()
+                try:
+                    self._token = self._read()
+                except (OSError, ValueError) as exc:
+                    log.warning("cannot re-read the API token %s (keeping the last one): %s", self._path, exc)
+            return f"Bearer {self._token}"
+
+
+def _ssl_context(access: Access) -> ssl.SSLContext:
+    """The CA to trust (the system's when none is named) and the client certificate to present."""
+    ca = access.ca
+    try:
+        ctx = ssl.create_default_context(
+            cafile=str(ca.path) if ca is not None and ca.path is not None else None,
+            cadata=ca.data.decode("ascii", errors="replace") if ca is not None and ca.data else None,
+        )
+    except (OSError, ssl.SSLError, ValueError) as exc:
+        raise ApiServerError(f"{access.source}: {ca.key if ca else 'CA'}: {describe(exc)}") from exc
+    if access.insecure:
+        ctx.check_hostname = False
+        ctx.verify_mode = ssl.CERT_NONE
+    cert, key = access.client_cert, access.client_key
+    if cert is None or key is None:
+        return ctx
+    with tempfile.TemporaryDirectory(prefix="kubegpu-tls.") as tmp:
+        paths = []
+        for pem, name in ((cert, "cert.pem"), (key, "key.pem")):
+            if pem.path is not None:
+                paths.append(str(pem.path))
+                continue
+            where = Path(tmp) / name
+            fd = os.open(where, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "wb") as f:
+                f.write(pem.data or b"")
+            paths.append(str(where))
+        try:
+            ctx.load_cert_chain(paths[0], paths[1], password="")
+        except (OSError, ssl.SSLError, ValueError) as exc:
+            raise ApiServerError(f"{access.source}: {cert.key} / {key.key}: {describe(exc)}") from exc
+    return ctx
+
+
+def _official_client(path: Path, field: str) -> tuple[Access, Callable[[], str | None]]:
+    """A kubeconfig field kubegpu.kubeconfig does not handle (exec and auth-provider plugins): the
+    official client's loader reads it, and its ``Configuration`` gives the server, the files and the
+    (refreshed) Authorization header."""
+    try:
+        from kubernetes import client
+        from kubernetes import config as untyped_config
+        from kubernetes.config.config_exception import ConfigException
+    except ImportError as exc:
+        raise ApiServerError(
+            f"kubeconfig {path}: {field} is not supported without the kubernetes Python client "
+            f"(pip install kubernetes), which is not installed"
+        ) from exc
+    loader: Any = untyped_config  # the client's loaders carry no annotations
+    configuration: Any = client.Configuration()
+    try:
+        loader.load_kube_config(config_file=str(path), client_configuration=configuration)
+    except (ConfigException, OSError, TypeError, ValueError) as exc:
+        raise ApiServerError(f"bad kubeconfig {path}: {field}: {describe(exc)}") from exc
+    lock = threading.Lock()
+
+    def authorization() -> str | None:
+        with lock:  # the refresh hook re-runs the exec plugin when its token expired
+            for name in ("BearerToken", "authorization"):  # the key's name in newer and older clients
+                value = configuration.get_api_key_with_prefix(name)
+                if value:
+                    return str(value)
+            return None
+
+    def pem(key: str, value: object) -> Pem | None:
+        return Pem(key=f"{field} ({key})", path=Path(str(value))) if value else None
+
+    access = Access(
+        server=str(configuration.host).rstrip("/"),
+        source=f"kubeconfig {path} (through the kubernetes client: {field})",
+        ca=pem("ssl_ca_cert", configuration.ssl_ca_cert),
+        insecure=not configuration.verify_ssl,
+        client_cert=pem("cert_file", configuration.cert_file),
+        client_key=pem("key_file", configuration.key_file),
+    )
+    return access, authorization
+
+
+def _load(kubeconfig: str | None, clock: Callable[[], float]) -> tuple[Access, Callable[[], str | None]]:
+    """Where the API server is and the Authorization header's value (``None``: none)."""
+    if kubeconfig is None and in_cluster():
+        access = in_cluster_access(os.environ, _SA_TOKEN.parent)
+    else:
+        path = kubeconfig_file(kubeconfig, os.environ, Path.home())
+        where = kubeconfig or "$KUBECONFIG or ~/.kube/config"
+        try:
+            doc = yaml.safe_load(path.read_text())
+        except OSError as exc:
+            raise ApiServerError(
+                f"no usable kubeconfig ({where}) and not running in a pod: {describe(exc)}"
+            ) from exc
+        except yaml.YAMLError as exc:
+            raise ApiServerError(f"bad kubeconfig {path}: not YAML: {clip(str(exc), limit=200)}") from exc
+        found = parse(doc, path=path)
+        if isinstance(found, Plugin):
+            return _official_client(found.path, found.field)
+        access = found
+    if access.token_file is not None:
+        try:
+            return access, _TokenFile(access.token_file, clock=clock)
+        except (OSError, ValueError) as exc:
+            raise ApiServerError(
+                f"{access.source}: cannot read the token {access.token_file}: {exc}"
+            ) from exc
+    bearer = f"Bearer {access.token}" if access.token else None
+    return access, lambda: bearer
+
+
 class KubeApi:
-    """A handful of typed-by-path calls; thread-safe (urllib3's pool)."""
+    """A handful of typed-by-path calls; thread-safe (one urllib3 pool manager, a locked token)."""
 
     def __init__(
         self,
         *,
         kubeconfig: str | None = None,
         sleep: Callable[[float], None] = time.sleep,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        try:
-            from kubernetes import client
-            from kubernetes import config as untyped_config
-            from kubernetes.config.config_exception import ConfigException
-        except ImportError as exc:
-            raise ApiServerError(f"the kubernetes client library is not installed: {exc}") from exc
-
-        config: Any = untyped_config  # the client's loaders carry no annotations
-        configuration = client.Configuration()
-        try:
-            if kubeconfig is None and in_cluster():
-                config.load_incluster_config(client_configuration=configuration)
-            else:
-                config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
-        except (ConfigException, OSError, TypeError, ValueError) as exc:
-            where = kubeconfig or "$KUBECONFIG or ~/.kube/config"
-            raise ApiServerError(f"no usable kubeconfig ({where}) and not running in a pod: {exc}") from exc
-        configuration.retries = 0  # retries are ours, below: bounded and logged by the caller
-        self._client: Any = client.ApiClient(configuration)
-        self.host = str(configuration.host)
+        access, self._authorization = _load(kubeconfig, clock)
+        self.host = access.server
+        self.source = access.source
+        tls: dict[str, Any] = {}
+        if access.server.startswith("https://"):
+            tls["ssl_context"] = _ssl_context(access)
+            if access.insecure:
+                tls.update(cert_reqs="CERT_NONE", assert_hostname=False)
+        # retries are ours, below: bounded and logged by the caller; redirects are not followed
+        self._pool = urllib3.PoolManager(num_pools=4, maxsize=POOL_SIZE, retries=False, **tls)
         self._sleep = sleep
 
     # -- transport ---------------------------------------------------------------------------------
+
+    def _send(
+        self,
+        method: str,
+        url_path: str,
+        *,
+        headers: Mapping[str, str],
+        timeout: tuple[float, float],
+        body: bytes | None = None,
+        stream: bool = False,
+    ) -> urllib3.BaseHTTPResponse:
+        sent = {**headers, "User-Agent": USER_AGENT}
+        authorization = self._authorization()
+        if authorization:
+            sent["Authorization"] = authorization
+        return self._pool.request(
+            method,
+            self.host + url_path,
+            body=body,
+            headers=sent,
+            timeout=urllib3.Timeout(connect=timeout[0], read=timeout[1]),
+            retries=False,
+            redirect=False,
+            preload_content=not stream,
+        )
 
     def request(
         self,
@@ -109,25 +281,19 @@ class KubeApi:
     ) -> ApiObject | None:
         """One call; the decoded JSON answer, ``None`` for 404. Raises ``ApiServerError``. ``quick``:
         one attempt with short timeouts (for a caller that must not wait long, e.g. the agent's start)."""
-        from urllib3.exceptions import HTTPError
-
         url_path = path + ("?" + urlencode(dict(query)) if query else "")
         headers = {"Accept": "application/json", "Content-Type": content_type}
+        data = None if body is None else json.dumps(body).encode()  # JSON is YAML too (apply patches)
         backoff = Backoff(initial_s=0.2, max_s=1.0)
         attempts = 1 if quick else RETRIES
         timeout = QUICK_TIMEOUT_S if quick else REQUEST_TIMEOUT_S
         for attempt in range(1, attempts + 1):
             status, text = 0, ""
             try:
-                ser = self._client.param_serialize(
-                    method, url_path, header_params=dict(headers), body=body, auth_settings=["BearerToken"]
-                )
-                resp = self._client.call_api(*ser, _request_timeout=timeout)
+                resp = self._send(method, url_path, headers=headers, timeout=timeout, body=data)
                 status = int(resp.status)
-                text = bytes(resp.read() or b"").decode("utf-8", errors="replace")
+                text = bytes(resp.data or b"").decode("utf-8", errors="replace")
             except (HTTPError, OSError) as exc:
-                text = describe(exc)
-            except Exception as exc:  # the client's ApiException (SSL, bad request preparation)
                 text = describe(exc)
             if 200 <= status < 300:
                 return json.loads(text) if text else {}
@@ -286,8 +452,6 @@ class KubeApi:
         collection after ``resource_version``, until the server ends the watch (``timeout_s``).
         Raises ``ApiServerError`` when the watch cannot start; an ``ERROR`` event (410: version too
         old) is yielded, and the caller relists."""
-        from urllib3.exceptions import HTTPError
-
         query = {
             "watch": "1",
             "resourceVersion": resource_version,
@@ -297,32 +461,37 @@ class KubeApi:
         if field_selector:
             query["fieldSelector"] = field_selector
         url_path = path + "?" + urlencode(query)
-        headers = {"Accept": "application/json"}
         try:
-            ser = self._client.param_serialize(
-                "GET", url_path, header_params=headers, auth_settings=["BearerToken"]
+            resp = self._send(
+                "GET",
+                url_path,
+                headers={"Accept": "application/json"},
+                timeout=(REQUEST_TIMEOUT_S[0], timeout_s + 30.0),
+                stream=True,
             )
-            resp = self._client.call_api(*ser, _request_timeout=(REQUEST_TIMEOUT_S[0], timeout_s + 30.0))
-        except Exception as exc:  # connection errors and the client's ApiException alike
+        except (HTTPError, OSError) as exc:
             raise ApiServerError(self._message("GET", path, 0, describe(exc))) from exc
-        raw = resp.response
+        done = False
         try:
             if int(resp.status) != 200:
-                text = bytes(raw.read() or b"").decode("utf-8", errors="replace")
+                text = bytes(resp.read() or b"").decode("utf-8", errors="replace")
                 raise ApiServerError(
                     self._message("GET", path, int(resp.status), text), status=int(resp.status)
                 )
             pending = b""
-            for chunk in raw.stream(65536):
+            for chunk in resp.stream(65536):
                 pending += chunk
                 *lines, pending = pending.split(b"\n")
                 for line in lines:
                     if line.strip():
                         yield json.loads(line)
+            done = True
         except (HTTPError, OSError, ValueError) as exc:
             raise ApiServerError(self._message("GET", path, 0, f"watch broke: {describe(exc)}")) from exc
         finally:
-            raw.release_conn()
+            if not done:
+                resp.close()  # a stream left half-read never goes back to the pool for reuse
+            resp.release_conn()
 
     # -- leases ------------------------------------------------------------------------------------
 

@@ -40,6 +40,7 @@ CASES = [
     ("metrics/dcgm.py", "import kubegpu.deviceplugin.config", {"R3"}),
     ("node/labels.py", "import kubegpu.deviceplugin.config", {"R3"}),  # tools are siblings
     ("kubeapi.py", "import kubegpu.node.labels", {"R3"}),  # the API client sits below the tools
+    ("kubeconfig.py", "import kubegpu.kubeapi", {"R3"}),  # the parser sits below the transport
     ("node/hygiene.py", "import kubernetes", {"R7"}),  # only kubeapi talks to the API server
     ("node/lease.py", "import rich", {"R4"}),
     ("dra/driver.py", "import kubegpu.agent", {"R3"}),  # the two node daemons are siblings
