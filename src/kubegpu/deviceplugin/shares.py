@@ -23,6 +23,9 @@ does, the agent finds the pod being admitted among the pods bound to its node:
 
 ``ShareBroker`` joins them to the API (a ``list_pods`` callable: one LIST of the node's pods per call,
 which is always fresh, so the pod kubelet is admitting is in it) and is what ``ResourcePlugin`` calls.
+kubelet asks GetPreferredAllocation (``peek``) right before Allocate (``hand_out``) for the same
+admission, so a hand-out within ``REUSE_S`` of a peek uses the peek's LIST once instead of making
+its own; when that list holds no matching pod, a fresh LIST decides.
 """
 
 from __future__ import annotations
@@ -60,6 +63,7 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 LEDGER_NAME = "shares.json"
+REUSE_S = 1.0  # a peek's LIST serves the next hand-out if it comes within this many seconds
 LEDGER_VERSION = 1
 _SI = {"": 1, "k": 10**3, "M": 10**6}
 
@@ -281,12 +285,15 @@ class ShareBroker:
         list_pods: Callable[[], Sequence[ApiObject]],
         ledger: ShareLedger,
         node: Callable[[], Node],
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.node_name = node_name
         self._list_pods = list_pods
         self.ledger = ledger
         self._node = node
+        self._clock = clock
         self._lock = threading.Lock()
+        self._peeked: tuple[float, Sequence[ApiObject]] | None = None  # (when, pods) of the last peek
 
     def _uuids(self) -> list[str]:
         return [str(g.uuid) for g in self._node().gpus]
@@ -316,7 +323,16 @@ class ShareBroker:
     def peek(self, milli: int) -> ShareClaim | None:
         """The claim an Allocate of ``milli`` devices would serve now (GetPreferredAllocation's guess)."""
         with self._lock:
-            return pick(self._claims(self._pods()), milli)
+            pods = self._pods()
+            self._peeked = (self._clock(), pods)
+            return pick(self._claims(pods), milli)
+
+    def _recent(self) -> Sequence[ApiObject] | None:
+        """The last peek's pods if it was less than ``REUSE_S`` ago (each peek serves one hand-out)."""
+        peeked, self._peeked = self._peeked, None
+        if peeked is not None and self._clock() - peeked[0] <= REUSE_S:
+            return peeked[1]
+        return None
 
     def hand_out(self, milli: int, *, check: Callable[[ShareClaim], str | None]) -> ShareClaim:
         """Claim the GPU for the pod being admitted and record it; ``DeviceRequestError`` when no pod
@@ -324,17 +340,25 @@ class ShareBroker:
         be given (unhealthy, not shared by this agent); nothing is recorded then."""
         with self._lock:
             started = time.perf_counter()
-            try:
-                pods = self._pods()
-            except KubegpuError as exc:
-                raise DeviceRequestError(
-                    DeviceRequestProblem.NO_SHARE,
-                    f"{MILLI_RESOURCE}: cannot list the pods on node {self.node_name} to find whose share "
-                    f"this is: {clip(str(exc), limit=300)}",
-                ) from exc
-            listed_s = time.perf_counter() - started
-            claims = self._claims(pods)
+            recent = self._recent()
+            claims = self._claims(recent) if recent is not None else []
             claim = pick(claims, milli)
+            reused = claim is not None
+            if reused:
+                assert recent is not None
+                pods = recent
+            else:
+                try:
+                    pods = self._pods()
+                except KubegpuError as exc:
+                    raise DeviceRequestError(
+                        DeviceRequestProblem.NO_SHARE,
+                        f"{MILLI_RESOURCE}: cannot list the pods on node {self.node_name} to find whose "
+                        f"share this is: {clip(str(exc), limit=300)}",
+                    ) from exc
+                claims = self._claims(pods)
+                claim = pick(claims, milli)
+            listed_s = time.perf_counter() - started
             if claim is None:
                 waiting = ", ".join(f"{c.namespace}/{c.pod} ({c.milli})" for c in claims[:5]) or "none"
                 raise DeviceRequestError(
@@ -371,6 +395,7 @@ class ShareBroker:
                     "milli": claim.milli,
                     "same_milli_waiting_elsewhere": [f"{c.namespace}/{c.pod}" for c in tied],
                     "pods_listed": len(pods),
+                    "list_reused": reused,
                     "list_ms": round(listed_s * 1000, 2),
                 },
             )

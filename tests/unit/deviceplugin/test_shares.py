@@ -91,6 +91,53 @@ def test_the_oldest_bound_pod_asking_that_much_is_served_first(tmp_path: Path) -
     assert b.hand_out(300, check=ok).pod == "small", "the size must match, not only the order"
 
 
+class CountingPods:
+    """A node's pods behind a LIST that counts its calls; ``now`` is the broker's clock."""
+
+    def __init__(self, pods: list[dict[str, Any]]) -> None:
+        self.pods, self.lists, self.now = pods, 0, 100.0
+
+    def __call__(self) -> list[dict[str, Any]]:
+        self.lists += 1
+        return list(self.pods)
+
+    def broker(self, tmp_path: Path) -> ShareBroker:
+        return ShareBroker(
+            node_name=NODE,
+            list_pods=self,
+            ledger=ShareLedger(tmp_path / "state" / "shares.json"),
+            node=lambda: SEED,
+            clock=lambda: self.now,
+        )
+
+
+def test_an_allocate_right_after_its_preferred_allocation_reuses_that_list(tmp_path: Path) -> None:
+    api = CountingPods([share_pod("a", 2), share_pod("b", 4, scheduled="2026-01-01T00:00:09Z")])
+    b = api.broker(tmp_path)
+    peeked = b.peek(500)
+    api.now += 0.05
+    got = b.hand_out(500, check=ok)
+    assert peeked is not None and (got.pod, got.uuid) == (peeked.pod, peeked.uuid) == ("a", UUIDS[2])
+    assert api.lists == 1, "GetPreferredAllocation's LIST serves the Allocate that follows it"
+    # the next pod: its own peek and hand-out, again one LIST; a hand-out without a peek lists itself
+    assert b.peek(500) is not None and b.hand_out(500, check=ok).pod == "b" and api.lists == 2
+    api.pods.append(share_pod("c", 5, scheduled="2026-01-01T00:00:10Z"))
+    assert b.hand_out(500, check=ok).pod == "c" and api.lists == 3
+
+
+def test_a_stale_or_unmatched_preferred_list_is_not_reused(tmp_path: Path) -> None:
+    api = CountingPods([share_pod("a", 2)])
+    b = api.broker(tmp_path)
+    b.peek(500)
+    api.now += 5.0  # too long since the peek: kubelet is admitting another pod by now
+    api.pods = [share_pod("other", 6, scheduled="2026-01-01T00:00:05Z")]
+    assert b.hand_out(500, check=ok).pod == "other" and api.lists == 2
+    # the peek's list holds no pod for this size: a fresh LIST decides (and finds the new pod)
+    b.peek(300)
+    api.pods.append(share_pod("small", 1, 300, scheduled="2026-01-01T00:00:06Z"))
+    assert b.hand_out(300, check=ok).pod == "small" and api.lists == 4
+
+
 def test_no_matching_pod_names_the_node_the_size_and_the_likely_cause(tmp_path: Path) -> None:
     b = broker(tmp_path, [share_pod("a", 0, 500)])
     with pytest.raises(DeviceRequestError) as err:
