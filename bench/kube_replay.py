@@ -27,12 +27,8 @@ import argparse
 import json
 import os
 import signal
-import socket
-import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +38,7 @@ from openb import NODES, PODS, default_data_dir
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from tests.e2e.rig.extender import ExtenderProcess, extender_entry  # noqa: E402
 from tests.e2e.rig.rig import Rig, RigError, build, preflight  # noqa: E402
 
 from kubegpu.kubeapi import KubeApi  # noqa: E402
@@ -62,12 +59,6 @@ NO_PREEMPTION = {"postFilter": {"disabled": [{"name": "DefaultPreemption"}]}}  #
 
 def say(line: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {line}", file=sys.stderr, flush=True)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def scheduler_config(kind: str, url: str | None = None) -> dict[str, Any]:
@@ -102,79 +93,16 @@ def scheduler_config(kind: str, url: str | None = None) -> dict[str, Any]:
                 }
             ],
         }
+    if url is None:
+        raise ValueError(f"the {kind} setup needs the extender's URL")
     return {
         "clientConnection": CLIENT,
         "percentageOfNodesToScore": 100,
         "profiles": [{"schedulerName": kind, "plugins": NO_PREEMPTION}],
-        "extenders": [
-            {
-                "urlPrefix": url,
-                "filterVerb": "filter",
-                "bindVerb": "bind",
-                "nodeCacheCapable": True,
-                "enableHTTPS": False,
-                "httpTimeout": "10s",
-                # no managedResources: every pod goes to the extender, CPU-only pods too (the sim places
-                # those with the policy as well)
-            }
-        ],
+        # no managedResources: every pod goes to the extender, CPU-only pods too (the sim places
+        # those with the policy as well)
+        "extenders": [extender_entry(url)],
     }
-
-
-class Extender:
-    """`kubegpu extender` as a host process with the rig's admin kubeconfig."""
-
-    def __init__(self, rig: Rig, policy: str, workload: Path, log_path: Path) -> None:
-        self.port = free_port()
-        self.log_path = log_path
-        self.argv = [
-            sys.executable,
-            "-m",
-            "kubegpu",
-            "extender",
-            "--listen",
-            f"127.0.0.1:{self.port}",
-            "--kubeconfig",
-            str(rig.paths.kubeconfig),
-            "--policy",
-            policy,
-            "--workload",
-            str(workload),
-            "--log-level",
-            "warning",
-        ]
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/kubegpu"
-
-    def start(self, timeout_s: float = 120) -> None:
-        with self.log_path.open("ab") as logf:
-            self.proc = subprocess.Popen(
-                self.argv, stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
-            )
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise SystemExit(f"kubegpu extender exited ({self.proc.returncode}); see {self.log_path}")
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/readyz", timeout=2) as r:
-                    if r.status == 200:
-                        return
-            except (urllib.error.URLError, OSError):
-                pass
-            time.sleep(0.5)
-        raise SystemExit(f"kubegpu extender not ready in {timeout_s:.0f} s; see {self.log_path}")
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=15)
 
 
 def sim_figures(workload: Any, policy: str, seed: int, inflate: float, n: int) -> dict[str, Any]:
@@ -249,7 +177,16 @@ def main() -> int:
             t0 = time.monotonic()
             extender = None
             if kind in ("kubegpu", "fgd"):
-                extender = Extender(rig, kind, args.data / PODS, logs / f"extender-{kind}.log")
+                extender = ExtenderProcess(
+                    rig.paths.kubeconfig,
+                    logs / f"extender-{kind}.log",
+                    "--policy",
+                    kind,
+                    "--workload",
+                    str(args.data / PODS),
+                    "--log-level",
+                    "warning",
+                )
                 extender.start()
             try:
                 rig.start_extra_scheduler(scheduler_config(kind, extender.url if extender else None))

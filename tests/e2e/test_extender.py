@@ -11,18 +11,15 @@ GPUs; the extender runs as a host process with the rig's admin kubeconfig.
 from __future__ import annotations
 
 import json
-import socket
-import subprocess
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.e2e.conftest import AgentProcess, Cluster, in_ns, kubegpu_argv, pod, say, wait_until
+from tests.e2e.conftest import AgentProcess, Cluster, in_ns, pod, say, wait_until
+from tests.e2e.rig.extender import ExtenderProcess, extender_entry
 from tests.e2e.rig.rig import NODE_NAME, Rig
 
 pytestmark = pytest.mark.e2e
@@ -31,76 +28,18 @@ ANNOTATION = "kubegpu.io/gpu-assignment"
 GPUS = 8
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+MANAGED = [
+    {"name": "nvidia.com/gpu", "ignoredByScheduler": False},
+    {"name": "kubegpu.io/gpu-milli", "ignoredByScheduler": True},
+]
 
 
 def scheduler_config(url: str) -> dict[str, Any]:
     return {
         "percentageOfNodesToScore": 100,
         "profiles": [{"schedulerName": "kubegpu"}],
-        "extenders": [
-            {
-                "urlPrefix": url,
-                "filterVerb": "filter",
-                "bindVerb": "bind",
-                "nodeCacheCapable": True,
-                "enableHTTPS": False,
-                "httpTimeout": "5s",
-                "managedResources": [
-                    {"name": "nvidia.com/gpu", "ignoredByScheduler": False},
-                    {"name": "kubegpu.io/gpu-milli", "ignoredByScheduler": True},
-                ],
-            }
-        ],
+        "extenders": [extender_entry(url, http_timeout="5s", managed_resources=MANAGED)],
     }
-
-
-class ExtenderProcess:
-    def __init__(self, rig: Rig, port: int, log_path: Path) -> None:
-        self.port, self.log_path = port, log_path
-        self.argv = kubegpu_argv(
-            "extender", "--listen", f"127.0.0.1:{port}", "--kubeconfig", str(rig.paths.kubeconfig)
-        )
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> None:
-        with self.log_path.open("ab") as logf:
-            self.proc = subprocess.Popen(
-                self.argv, stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
-            )
-
-        def ready() -> bool:
-            assert self.proc is not None
-            if self.proc.poll() is not None:
-                pytest.fail(
-                    f"kubegpu extender exited ({self.proc.returncode})\n{self.log_tail()}", pytrace=False
-                )
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/readyz", timeout=2) as r:
-                    return r.status == 200
-            except (urllib.error.URLError, OSError):
-                return False
-
-        wait_until("kubegpu extender /readyz", ready, 60)
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=10)
-
-    def log_tail(self, lines: int = 40) -> str:
-        try:
-            text = self.log_path.read_text(errors="replace").splitlines()
-        except OSError:
-            return "---- extender: no log"
-        return "---- last lines of the extender log\n" + "\n".join(text[-lines:])
 
 
 @pytest.fixture
@@ -109,10 +48,10 @@ def extender(
 ) -> Iterator[ExtenderProcess]:
     start_agent("builtin:seed-8gpu")
     cluster.wait_resource("nvidia.com/gpu", allocatable=GPUS)
-    ext = ExtenderProcess(rig, free_port(), tmp_path / "extender.log")
+    ext = ExtenderProcess(rig.paths.kubeconfig, tmp_path / "extender.log")
     ext.start()
     try:
-        rig.start_extra_scheduler(scheduler_config(f"http://127.0.0.1:{ext.port}/kubegpu"))
+        rig.start_extra_scheduler(scheduler_config(ext.url))
         yield ext
     finally:
         rig.stop_extra_scheduler()

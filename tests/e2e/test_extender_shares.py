@@ -19,8 +19,9 @@ from typing import Any
 import pytest
 
 from tests.e2e.conftest import AgentProcess, Cluster, in_ns, pod, say, wait_until
+from tests.e2e.rig.extender import ExtenderProcess
 from tests.e2e.rig.rig import NODE_NAME, Rig
-from tests.e2e.test_extender import ExtenderProcess, assignment, free_port, scheduler_config
+from tests.e2e.test_extender import assignment, scheduler_config
 
 pytestmark = pytest.mark.e2e
 
@@ -66,10 +67,10 @@ def shares(
         accept=lambda n: len((n["metadata"].get("annotations") or {}).get(UUIDS, "").split(",")) == GPUS,
     )
     uuids = node["metadata"]["annotations"][UUIDS].split(",")
-    ext = ExtenderProcess(rig, free_port(), tmp_path / "extender.log")
+    ext = ExtenderProcess(rig.paths.kubeconfig, tmp_path / "extender.log")
     ext.start()
     try:
-        rig.start_extra_scheduler(scheduler_config(f"http://127.0.0.1:{ext.port}/kubegpu"))
+        rig.start_extra_scheduler(scheduler_config(ext.url))
         yield Shares(uuids=uuids, agent=agent)
     finally:
         rig.stop_extra_scheduler()
@@ -124,9 +125,13 @@ def test_two_half_gpu_pods_get_the_same_gpu_uuid_and_a_third_another(
         "half-b": shared,
         "half-c": c["uuids"][0],
     }
+    # kubelet asks GetPreferredAllocation right before Allocate: that LIST serves both (one per admission)
+    assert all(r["list_reused"] for r in got.values()), got
     lists = sorted(float(r["list_ms"]) for r in got.values())
     say(
-        request.config, f"[e2e] shares: LIST of the node's pods per Allocate: {', '.join(map(str, lists))} ms"
+        request.config,
+        f"[e2e] shares: finding the pod in Allocate (the preferred allocation's LIST reused): "
+        f"{', '.join(map(str, lists))} ms",
     )
 
 

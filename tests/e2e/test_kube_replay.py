@@ -21,9 +21,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.conftest import Cluster, kubegpu_argv, say, wait_until
+from tests.e2e.conftest import Cluster, say, wait_until
+from tests.e2e.rig.extender import ExtenderProcess, extender_entry
 from tests.e2e.rig.rig import NODE_NAME, Rig
-from tests.e2e.test_extender import ExtenderProcess, free_port
 
 pytestmark = pytest.mark.e2e
 
@@ -64,16 +64,7 @@ def replay_config(url: str) -> dict[str, object]:
                 "plugins": {"postFilter": {"disabled": [{"name": "DefaultPreemption"}]}},
             }
         ],
-        "extenders": [
-            {
-                "urlPrefix": url,
-                "filterVerb": "filter",
-                "bindVerb": "bind",
-                "nodeCacheCapable": True,
-                "enableHTTPS": False,
-                "httpTimeout": "10s",
-            }
-        ],
+        "extenders": [extender_entry(url)],
     }
 
 
@@ -102,24 +93,15 @@ def test_the_extender_in_kube_scheduler_places_every_pod_where_the_sim_does(
     workload = prepare(trace)
     api = KubeApi(kubeconfig=str(kwok.paths.kubeconfig))
     engine = KubeReplay(api, trace, workload, say=lambda line: say(request.config, line))
-    ext = ExtenderProcess(kwok, free_port(), tmp_path / "extender.log")
-    ext.argv = kubegpu_argv(
-        "extender",
-        "--listen",
-        f"127.0.0.1:{ext.port}",
-        "--kubeconfig",
-        str(kwok.paths.kubeconfig),
-        "--policy",
-        "kubegpu",
-        "--workload",
-        str(pods_csv),
+    ext = ExtenderProcess(
+        kwok.paths.kubeconfig, tmp_path / "extender.log", "--policy", "kubegpu", "--workload", str(pods_csv)
     )
     namespace = cluster.namespace("replay")
     t0 = time.monotonic()
     try:
         nodes_s = engine.create_nodes(ready_timeout_s=90)
         ext.start()
-        kwok.start_extra_scheduler(replay_config(f"http://127.0.0.1:{ext.port}/kubegpu"))
+        kwok.start_extra_scheduler(replay_config(ext.url))
         config = KubeReplayConfig(scheduler_name=SCHEDULER, seed=SEED, inflate=INFLATE, namespace=namespace)
         run = engine.run(config, extender=True)
         say(
