@@ -12,14 +12,21 @@ with the gap = bound - allocation and the share = (kubegpu - FGD) / (bound - FGD
 trace it prints why and exits 0.
 
     python bench/sim_gap.py [--data DIR] [--seeds 42-51 | --tune | --held-out] [--workers 2]
-        [--variants default,gpushare40,...]
+        [--variants default,gpushare40,...] [--bound-cache FILE | --no-bound-cache]
 
 Seed sets: 42-51 (the paper's, default), ``--tune`` 0-9, ``--held-out`` 100-109.
+
+The bound takes seconds per seed and depends only on the two CSV files, the seed and the bound's
+code, so each one is kept in a JSON file (default ``~/.cache/kubegpu/sim_gap_bounds.json``) under
+a key made of their SHA-256 digests and the seed; a later run, e.g. after a policy change, reuses it.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
+import json
+import os
 import statistics
 import sys
 import tempfile
@@ -29,6 +36,7 @@ from pathlib import Path
 
 from openb import NODES, PODS, default_data_dir
 
+import kubegpu.sim.bound as bound_module
 from kubegpu.sim.bound import BoundResult, seed_bound
 from kubegpu.sim.run import SimRequest, parse_seeds, run_all, summarise_all
 from kubegpu.sim.scoring import Policy
@@ -56,6 +64,34 @@ def bounds(workload: Workload, seeds: tuple[int, ...], workers: int) -> list[Bou
         return list(pool.map(_bound, seeds))
 
 
+def _digest(*paths: Path) -> str:
+    h = hashlib.sha256()
+    for path in (*paths, Path(bound_module.__file__)):
+        h.update(path.read_bytes())
+    return h.hexdigest()[:32]
+
+
+def cached_bounds(
+    workload: Workload, seeds: tuple[int, ...], workers: int, *, key: str, cache: Path | None
+) -> list[float]:
+    """The bound % per seed, from ``cache`` where it holds them for ``key``; the rest solved and stored."""
+    stored: dict[str, float] = {}
+    if cache is not None and cache.is_file():
+        try:
+            stored = {k: float(v) for k, v in json.loads(cache.read_text()).items()}
+        except (ValueError, AttributeError, TypeError):
+            print(f"sim_gap: {cache} is not a bound cache; solving every bound again", file=sys.stderr)
+    missing = tuple(s for s in seeds if f"{key}/{s}" not in stored)
+    for seed, result in zip(missing, bounds(workload, missing, workers), strict=True):
+        stored[f"{key}/{seed}"] = result.bound_pct
+    if cache is not None and missing:
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        tmp = cache.with_suffix(".tmp")
+        tmp.write_text(json.dumps(stored, indent=0, sort_keys=True))
+        os.replace(tmp, cache)
+    return [stored[f"{key}/{s}"] for s in seeds]
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", type=Path, default=default_data_dir())
@@ -64,7 +100,12 @@ def main() -> int:
     ap.add_argument("--held-out", action="store_true", help="seeds 100-109 (held out)")
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--variants", default=",".join(VARIANTS))
+    ap.add_argument(
+        "--bound-cache", type=Path, default=Path.home() / ".cache" / "kubegpu" / "sim_gap_bounds.json"
+    )
+    ap.add_argument("--no-bound-cache", action="store_true", help="solve every bound, store none")
     args = ap.parse_args()
+    cache = None if args.no_bound_cache else args.bound_cache
     nodes_path, pods_path = args.data / NODES, args.data / PODS
     if not nodes_path.is_file() or not pods_path.is_file():
         print(f"sim_gap: skipped: no default trace in {args.data} (set KUBEGPU_OPENB_DIR or --data)")
@@ -89,7 +130,9 @@ def main() -> int:
                     path, gpushare_variant(pods, int(name.removeprefix("gpushare")), seed=VARIANT_SEED)
                 )
             workload = prepare(load_trace(nodes_path, path))
-            bound_pcts = [r.bound_pct for r in bounds(workload, seeds, args.workers)]
+            bound_pcts = cached_bounds(
+                workload, seeds, args.workers, key=f"{name}/{_digest(nodes_path, path)}", cache=cache
+            )
             request = SimRequest(policies=(Policy.FGD, Policy.KUBEGPU), seeds=seeds, workers=args.workers)
             summaries = {s.policy: s for s in summarise_all(run_all(workload, request), workload, 1.3)}
             fgd = summaries[Policy.FGD].at(130)[0] or 0.0

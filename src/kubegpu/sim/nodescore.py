@@ -36,6 +36,7 @@ from kubegpu.sim.scoring import (
     Policy,
     TypicalShapes,
     _sigmoid100,
+    kubegpu_target,
     pod_class,
 )
 
@@ -87,9 +88,11 @@ class FragTable:
     ``TypicalShapes``, e.g. all the replays of a trace in one process.
     """
 
-    __slots__ = ("__weakref__", "_by_fit", "_cpu_steps", "_memo", "_none", "_total")
+    __slots__ = ("__weakref__", "_by_fit", "_cpu_steps", "_memo", "_none", "_shapes", "_target", "_total")
 
     def __init__(self, shapes: TypicalShapes) -> None:
+        self._shapes = weakref.ref(shapes)
+        self._target: FragTable | None = None
         self._total = int(shapes.weight_total)
         self._none = shapes.popularity.size == 0
         self._cpu_steps = (*sorted({int(c) for c in shapes.cpu_milli.tolist()}), 1 << 62)
@@ -118,6 +121,19 @@ class FragTable:
         if table is None:
             table = _TABLES[shapes] = cls(shapes)
         return table
+
+    def target(self) -> FragTable:
+        """The table of kubegpu's target workload (``scoring.kubegpu_target`` of these shapes).
+
+        ``self`` when the target is the shapes themselves; built on first use and kept.
+        """
+        if self._target is None:
+            shapes = self._shapes()
+            if shapes is None:
+                raise ValueError("the typical shapes of this FragTable no longer exist")
+            target = kubegpu_target(shapes)
+            self._target = self if target is shapes else FragTable.of_shapes(target)
+        return self._target
 
     def step(self, cpu_left: int) -> int:
         """Which typical CPU requests fit: the number of distinct ones at most ``cpu_left``."""
@@ -195,14 +211,18 @@ def node_scorer(policy: Policy, pod: PodRequest, rows: NodeRows, frag: FragTable
 
     if policy in {Policy.FGD, Policy.KUBEGPU}:
         steps = score_steps()
-        frag_of, before_of = frag.of, rows.frag
+        # kubegpu scores FGD's gradient under its own target workload (scoring.kubegpu_target): the
+        # fragmentation before is then that table's, not the state's (rows.frag, under the shapes)
+        table = frag.target() if policy is Policy.KUBEGPU else frag
+        frag_of, before_of = table.of, rows.frag
+        own_before = table is not frag
 
         def fgd(r: int) -> tuple[float, int, float]:
             """(FGD's integer score, GPU, fragmentation decrease) of a row where the pod fits."""
             free = free_of[r]
             model = model_of[r]
             cpu_after = cpu_of[r] - cpu_req
-            before = before_of[r]
+            before = frag_of(model, cpu_of[r], tuple(sorted(free))) if own_before else before_of[r]
             if not shared:
                 if k:
                     after = list(free)

@@ -115,16 +115,25 @@ SEED_8GPU = "builtin:seed-8gpu"
 def node_topology(gpus: int) -> Topology:
     """The builtin topology of a node with ``gpus`` GPUs.
 
-    8-GPU nodes are the seed's machine (``builtin:seed-8gpu``: NVLink groups 0-3 and 4-7, cost 1
-    inside a group and 4 across); other nodes are one NVLink group (cost 1 between any two GPUs).
+    8-GPU nodes are the seed's machine (``builtin:seed-8gpu``: NVLink groups 0-3 and 4-7 of NV6
+    links, SYS across, cost 1 inside a group and 4 across, NUMA nodes 0 and 1 by group), built here
+    rather than read from the spec file so that the simulator needs no YAML (a test checks that
+    the two are equal); other nodes are one NVLink group (cost 1 between any two GPUs).
     """
-    from kubegpu.model.topology import Topology  # imported when a multi-GPU pod first needs it
-    from kubegpu.sources.spec import load_node
+    from dataclasses import replace
+
+    from kubegpu.model.topology import Link, LinkKind, Topology  # imported when a multi-GPU pod needs it
 
     if gpus == 8:
-        topology = load_node(SEED_8GPU).topology
-        if topology is not None:
-            return topology
+        seed = Topology.from_groups(
+            8,
+            ((0, 1, 2, 3), (4, 5, 6, 7)),
+            inside=1.0,
+            across=4.0,
+            inside_link=Link(kind=LinkKind.NVLINK, nvlinks=6),
+            across_link=Link(kind=LinkKind.SYS),
+        )
+        return replace(seed, numa=(0, 0, 0, 0, 1, 1, 1, 1))
     return Topology.from_groups(gpus, (tuple(range(gpus)),), inside=1.0, across=4.0)
 
 
@@ -163,20 +172,25 @@ def _full_mask(row: list[int]) -> int:
 
 @dataclass(kw_only=True, eq=False)
 class ClusterState:
-    """The cluster as arrays (``nodes``, one row per node, updated in place) and its fragmentation.
+    """The cluster as arrays (``nodes``, one row per node) and its fragmentation.
 
     ``nodes.frag_milli`` holds each node's FGD fragmentation under ``typical``; ``frag_total`` their
-    sum. Build it with ``ClusterState.build`` and keep it current with ``bind`` and ``unbind``.
+    sum. Build it with ``ClusterState.build`` and keep it current with ``bind`` / ``bind_at`` and
+    ``unbind``. A bind updates the state's Python lists (``rows()``) at once and the arrays when
+    ``nodes`` is next read, so a replay that binds thousands of pods between vectorised scorings
+    pays a few scalar updates per bind.
     """
 
     names: tuple[str, ...]
-    nodes: NodeArrays
+    arrays: NodeArrays  # may lag the latest binds: read ``nodes``
     typical: TypicalShapes
     frag_total: float
     # the node state as Python lists and FGD's memoised node fragmentation (kubegpu.sim.nodescore),
-    # built on first use and kept in step by bind/unbind: a bind then costs a few scalar updates
+    # built on first use; rows bound since ``arrays`` was last brought up to date
     _rows: NodeRows | None = field(default=None, repr=False)
     _frag: FragTable | None = field(default=None, repr=False)
+    _stale: set[int] = field(default_factory=set, repr=False)
+    _summary: tuple[IntArray, IntArray] | None = field(default=None, repr=False)
 
     @classmethod
     def build(
@@ -207,16 +221,58 @@ class ClusterState:
             frag_milli=np.zeros(n),
         )
         nodes.frag_milli[:] = fragmentation(free, nodes.cpu_left_milli, nodes.model_index, typical)
-        return cls(names=tuple(names), nodes=nodes, typical=typical, frag_total=float(nodes.frag_milli.sum()))
+        return cls(
+            names=tuple(names), arrays=nodes, typical=typical, frag_total=float(nodes.frag_milli.sum())
+        )
+
+    @property
+    def nodes(self) -> NodeArrays:
+        """The state as arrays, current with every bind so far (read-only for callers)."""
+        if self._stale:
+            self._refresh()
+        return self.arrays
+
+    def gpu_summary(self) -> tuple[IntArray, IntArray]:
+        """Per row: the largest free milli of one GPU, and the number of fully free GPUs (current)."""
+        if self._summary is None:
+            free = self.nodes.gpu_free_milli
+            self._summary = (free.max(axis=1), (free == MILLI).sum(axis=1))
+        elif self._stale:
+            self._refresh()
+        return self._summary
+
+    def _refresh(self) -> None:
+        n, rows = self.arrays, self.rows()
+        stale = sorted(self._stale)
+        self._stale.clear()
+        if self._summary is not None:
+            largest, full = self._summary
+            for r in stale:
+                largest[r] = max(rows.free[r])
+                full[r] = rows.free[r].count(MILLI)
+        if len(stale) < 8:
+            for r in stale:
+                n.cpu_left_milli[r] = rows.cpu[r]
+                n.memory_left_mib[r] = rows.memory[r]
+                n.gpu_free_milli[r] = rows.free[r]
+                n.class_counts[r] = rows.classes[r]
+                n.frag_milli[r] = rows.frag[r]
+            return
+        at = np.array(stale, dtype=np.int64)
+        n.cpu_left_milli[at] = [rows.cpu[r] for r in stale]
+        n.memory_left_mib[at] = [rows.memory[r] for r in stale]
+        n.gpu_free_milli[at] = [rows.free[r] for r in stale]
+        n.class_counts[at] = [rows.classes[r] for r in stale]
+        n.frag_milli[at] = [rows.frag[r] for r in stale]
 
     def crc_key(self) -> FloatArray:
         """The ``Order.CRC`` key of every row: CRC-32(node name) / 2^32."""
         return name_tiebreak(self.names)
 
     def rows(self) -> NodeRows:
-        """The state as Python lists (read-only for callers; ``bind``/``unbind`` keep it current)."""
+        """The state as Python lists, always current (read-only for callers)."""
         if self._rows is None:
-            self._rows = NodeRows(self.nodes)
+            self._rows = NodeRows(self.arrays)
         return self._rows
 
     def frag_table(self) -> FragTable:
@@ -225,33 +281,33 @@ class ClusterState:
             self._frag = FragTable.of_shapes(self.typical)
         return self._frag
 
-    def _apply(self, placement: Placement, pod: PodRequest, sign: int) -> None:
-        n, node, rows = self.nodes, placement.node, self.rows()
+    def _apply(self, node: int, gpus: tuple[int, ...], milli: int, pod: PodRequest, sign: int) -> None:
+        rows = self.rows()
         free = rows.free[node]
         if pod.num_gpu:
-            delta = sign * placement.milli
-            for g in dict.fromkeys(placement.gpus):  # a GPU listed twice changes once, as before
+            delta = sign * milli
+            for g in dict.fromkeys(gpus):  # a GPU listed twice changes once, as before
                 free[g] -= delta
-                n.gpu_free_milli[node, g] = free[g]
-            cls = pod_class(pod.num_gpu, pod.gpu_milli)
-            rows.classes[node][cls] += sign
-            n.class_counts[node, cls] = rows.classes[node][cls]
+            rows.classes[node][pod_class(pod.num_gpu, pod.gpu_milli)] += sign
         cpu = rows.cpu[node] = rows.cpu[node] - sign * pod.cpu_milli
-        n.cpu_left_milli[node] = cpu
         rows.memory[node] -= sign * pod.memory_mib
-        n.memory_left_mib[node] = rows.memory[node]
         new = self.frag_table().of(rows.model[node], cpu, tuple(sorted(free)))
         self.frag_total += new - rows.frag[node]
         rows.frag[node] = new
-        n.frag_milli[node] = new
+        self._stale.add(node)
 
     def bind(self, placement: Placement, pod: PodRequest) -> None:
         """Apply ``placement`` of ``pod``: take its CPU, memory and GPU milli, count its class."""
-        self._apply(placement, pod, 1)
+        self._apply(placement.node, placement.gpus, placement.milli, pod, 1)
+
+    def bind_at(self, node: int, gpus: tuple[int, ...], pod: PodRequest) -> None:
+        """``bind`` of ``pod`` on row ``node``, GPUs ``gpus`` (``pod.gpu_milli`` each), without a
+        ``Placement`` (the replay's hot path)."""
+        self._apply(node, gpus, pod.gpu_milli, pod, 1)
 
     def unbind(self, placement: Placement, pod: PodRequest) -> None:
         """Undo ``bind`` (a pod deleted): give back what it took."""
-        self._apply(placement, pod, -1)
+        self._apply(placement.node, placement.gpus, placement.milli, pod, -1)
 
 
 class PlacementPolicy(Protocol):
@@ -262,6 +318,12 @@ class PlacementPolicy(Protocol):
 
     @property
     def default_order(self) -> Order: ...
+
+    @property
+    def caches_scores(self) -> bool:
+        """Whether a replay may keep this policy's scores per pod shape and rescore only the nodes
+        bound since (``False``: the replay calls ``choose`` on every arrival)."""
+        ...
 
     def score(self, nodes: NodeArrays, pod: PodRequest, shapes: TypicalShapes) -> Scores: ...
 
@@ -291,6 +353,7 @@ class ScoredPolicy:
     scorer: Scorer
     default_order: Order = Order.NONE
     allocator_for_fresh_gpus: bool = False
+    caches_scores: bool = True
 
     def score(self, nodes: NodeArrays, pod: PodRequest, shapes: TypicalShapes) -> Scores:
         return self.scorer(nodes, pod, shapes)
@@ -331,8 +394,8 @@ class ScoredPolicy:
         k = pod.num_gpu
         if not k:
             return ()
-        row = state.nodes.gpu_free_milli[node].tolist()
-        count = int(state.nodes.gpu_count[node])
+        rows = state.rows()
+        row, count = rows.free[node], rows.count[node]
         if pod.shared:
             if self.allocator_for_fresh_gpus and row[hint] == MILLI:
                 return allocator_choice(count, _full_mask(row), 1)[0][:1]
@@ -357,8 +420,33 @@ class RandomPolicy(ScoredPolicy):
     With ``Order.CRC`` it becomes first-fit in CRC order (all feasible nodes score alike).
     """
 
+    def choose(self, state: ClusterState, pod: PodRequest, selector: Selector) -> Placement | None:
+        # only feasibility matters: checked on the whole state from the per-row GPU summary, which
+        # is cheaper on every arrival than keeping per-shape caches current (binds are spread out)
+        n = state.nodes
+        ok = (n.cpu_left_milli >= pod.cpu_milli) & (n.memory_left_mib >= pod.memory_mib)
+        k = pod.num_gpu
+        if k:
+            ok &= pod.model_ok[n.model_index]
+            largest, full = state.gpu_summary()
+            if k == 1:
+                ok &= largest >= pod.gpu_milli
+            elif pod.gpu_milli == MILLI:
+                ok &= full >= k
+            else:
+                ok &= (n.gpu_free_milli >= pod.gpu_milli).sum(axis=1) >= k
+        node = self._pick(np.flatnonzero(ok), selector)
+        if node < 0:
+            return None
+        return Placement(
+            node=node, gpus=self.gpus(state, node, pod, -1, selector.policy_rng), milli=pod.gpu_milli
+        )
+
     def select(self, scores: FloatArray, selector: Selector) -> int:
-        fits = np.flatnonzero(scores > -np.inf)
+        return self._pick(np.flatnonzero(scores > -np.inf), selector)
+
+    @staticmethod
+    def _pick(fits: IntArray, selector: Selector) -> int:
         if not fits.size:
             return -1
         if selector.order_key is not None:
@@ -369,13 +457,13 @@ class RandomPolicy(ScoredPolicy):
         self, state: ClusterState, node: int, pod: PodRequest, hint: int, rng: np.random.Generator
     ) -> tuple[int, ...]:
         if pod.shared:
-            room = [g for g, f in enumerate(state.nodes.gpu_free_milli[node].tolist()) if f >= pod.gpu_milli]
+            room = [g for g, f in enumerate(state.rows().free[node]) if f >= pod.gpu_milli]
             return (room[int(rng.integers(len(room)))],)
         return super().gpus(state, node, pod, hint, rng)
 
 
 POLICIES: dict[Policy, PlacementPolicy] = {
-    Policy.RANDOM: RandomPolicy(name="random", scorer=score_random),
+    Policy.RANDOM: RandomPolicy(name="random", scorer=score_random, caches_scores=False),
     Policy.DOTPROD: ScoredPolicy(name="dotprod", scorer=score_dotprod),
     Policy.CLUSTERING: ScoredPolicy(name="clustering", scorer=score_clustering),
     Policy.PACKING: ScoredPolicy(name="packing", scorer=score_packing),

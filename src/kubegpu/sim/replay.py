@@ -2,11 +2,14 @@
 
 The engine has no policy-specific code: it asks the policy object (``kubegpu.sim.policy``) to score
 the nodes, select one and pick its GPUs, then binds the pod on the ``ClusterState``. Scores are
-cached per pod shape: when a shape arrives again, only the nodes bound since its last scoring are
-rescored, a handful one by one in plain Python (``kubegpu.sim.nodescore``, equal bit for bit to the
-policy's vectorised score, for the registered policies), many at once with the policy's vectorised
-score. Rows where a shape does not fit are not rescored for it again (no departures: they never
-fit again).
+cached per pod shape (policies with ``caches_scores``; the others are asked to ``choose`` afresh
+on every arrival): a shape's first arrival starts from its scores on the empty cluster (computed
+once per workload and process, in file order, and reordered), and whenever a shape arrives only
+the nodes bound since its last scoring are rescored, up to a few hundred one by one in plain Python
+(``kubegpu.sim.nodescore``, equal bit for bit to the policy's vectorised score, for the registered
+policies), more at once with the policy's vectorised score. Rows where a shape does not fit are not
+rescored for it again (no departures: they never fit again). None of this changes a result: every
+way of finding and rescoring the rows gives the same run (tested).
 
 Protocol (the FGD artifact's): one placement attempt per arrival, no retry, no departures; the
 highest score wins; then the fixed node order (``Order``, the policy's default unless given); then
@@ -17,6 +20,7 @@ random tied node (``TieMode.RANDOM``, what kube-scheduler does).
 from __future__ import annotations
 
 import time
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -26,7 +30,6 @@ from kubegpu.sim.nodescore import NodeScorer, node_scorer
 from kubegpu.sim.policy import (
     ClusterState,
     Order,
-    Placement,
     PlacementPolicy,
     ScoredPolicy,
     Selector,
@@ -45,6 +48,7 @@ from kubegpu.sim.scoring import (
     PodRequest,
     Policy,
     TypicalShapes,
+    name_tiebreak,
 )
 from kubegpu.sim.workload import STREAM_RANDOM, STREAM_TIES, Workload, arrivals, node_order, seed_stream
 
@@ -115,8 +119,43 @@ def _score_groups(shapes: tuple[PodRequest, ...]) -> tuple[list[int], list[PodRe
     return group_of, group_pod
 
 
+@dataclass(eq=False)
+class _EmptyCluster:
+    """One workload's empty cluster (nodes in file order) and its score groups' scores there."""
+
+    nodes: NodeArrays
+    scores: dict[tuple[PlacementPolicy, int], tuple[FloatArray, IntArray]]  # (policy, score group)
+
+
+_EMPTY: weakref.WeakKeyDictionary[Workload, _EmptyCluster] = weakref.WeakKeyDictionary()
+
+
+def _empty_scores(
+    workload: Workload, placer: PlacementPolicy, gid: int, pod: PodRequest
+) -> tuple[FloatArray, IntArray]:
+    """A score group's scores and GPUs on the empty cluster, per node in file order.
+
+    Every replay of a workload starts from the same empty cluster in another row order, so a
+    group's first arrival takes these (reordered) and rescores only the rows bound before it;
+    kept per workload for the life of the process (each worker computes them once).
+    """
+    empty = _EMPTY.get(workload)
+    if empty is None:
+        rows = np.arange(len(workload.node_names))
+        empty = _EMPTY[workload] = _EmptyCluster(nodes=initial_state(workload, rows).nodes, scores={})
+    found = empty.scores.get((placer, gid))
+    if found is None:
+        n = len(workload.node_names)
+        cache = _Cache(n, None)
+        _rescore(placer, empty.nodes, dirty=np.arange(n), pod=pod, typical=workload.typical, cache=cache)
+        found = empty.scores[(placer, gid)] = (cache.score, cache.gpu)
+    return found
+
+
 DEDUPE_ROWS = 128  # above this many rows to rescore, identical node states are scored once
-PER_NODE_ROWS = 128  # below this many rows to rescore, rows are scored one by one in Python
+SET_ROWS = 128  # up to this many binds since a group's last arrival, its dirty rows are found in Python
+MEMORY_TRIES = 4  # best rows that lack a pod's memory looked past before masking the memory
+PER_NODE_ROWS = 384  # below this many rows to rescore, rows are scored one by one in Python
 NEG_INF = float("-inf")
 
 
@@ -158,6 +197,25 @@ def _rescore(
     cache.gpu[dirty] = result.gpu
 
 
+def _first_with_memory(scores: FloatArray, node: int, memory_left: list[int], mem: int) -> int:
+    """The first best row with ``mem`` free, by looking past a few best rows that lack it (then -1
+    if the scores ran out, or a row that still lacks it: the caller masks the memory then).
+
+    The same row as the argmax of the memory-masked scores: each step drops the current first best
+    row, which the mask would have dropped too. ``scores`` is restored before returning.
+    """
+    dropped: list[tuple[int, float]] = []
+    while node >= 0 and memory_left[node] < mem and len(dropped) < MEMORY_TRIES:
+        dropped.append((node, float(scores[node])))
+        scores[node] = NEG_INF
+        node = int(scores.argmax())
+        if scores[node] == NEG_INF:
+            node = -1
+    for row, value in dropped:
+        scores[row] = value
+    return node
+
+
 def _fits_memory(scores: FloatArray, nodes: NodeArrays, memory_mib: int) -> FloatArray:
     """``scores`` with ``-inf`` where the node has less free memory than ``memory_mib``."""
     out: FloatArray = np.where(nodes.memory_left_mib >= memory_mib, scores, -np.inf)
@@ -193,14 +251,24 @@ def replay(
     used_order = placer.default_order if order is None else order
     seq = arrivals(workload, seed, inflate)
     perm = node_order(len(workload.node_names), seed)
+    # ScoredPolicy's select under node-order ties is deterministic: the winner of all rows, when the
+    # pod's memory fits there, is also the winner of the rows where it fits, so the memory mask is
+    # built only when the winner lacks memory
+    deterministic = type(placer).select is ScoredPolicy.select and tie is TieMode.NODE_ORDER
+    crc = used_order is Order.CRC
+    if crc and deterministic:
+        # the best-scored row with the highest CRC key, then the first in the seed's order, is the
+        # first best row once the rows are sorted by key (stably): a plain argmax picks it
+        key = name_tiebreak([workload.node_names[i] for i in perm])
+        perm = perm[np.argsort(-key, kind="stable")]
     state = initial_state(workload, perm)
-    nodes = state.nodes
     n = len(perm)
+    perm_list = perm.tolist()
     typical = workload.typical
     empty_frag = state.frag_total
     selector = Selector(
         tie=tie,
-        order_key=state.crc_key() if used_order is Order.CRC else None,
+        order_key=state.crc_key() if crc and not deterministic else None,
         tie_rng=seed_stream(seed, STREAM_TIES),
         policy_rng=seed_stream(seed, STREAM_RANDOM),
     )
@@ -211,21 +279,17 @@ def replay(
     total_of = workload.shape_total_milli()
     total_list = total_of.tolist()
     rows = state.rows()
-    memory_left = rows.memory
+    memory_left, free_of, count_of = rows.memory, rows.free, rows.count
     frag = state.frag_table()
-    # ScoredPolicy's select under node-order ties is deterministic: the winner of all rows, when the
-    # pod's memory fits there, is also the winner of the rows where it fits, so the memory mask is
-    # built only when the winner lacks memory; with no order either, the winner is the first best row
-    deterministic = type(placer).select is ScoredPolicy.select and tie is TieMode.NODE_ORDER
+    # with no order key left either, the winner is the first best row
     plain_select = deterministic and selector.order_key is None
     scorer_policy = policy if isinstance(placer, ScoredPolicy) and placer.scorer is SCORERS[policy] else None
 
     count = len(seq)
     arrived = np.cumsum(total_of[shape_of])
-    allocated = np.zeros(count, dtype=np.int64)
-    frag_curve = np.zeros(count)
-    placed = np.zeros(count, dtype=bool)
-    node_of = np.full(count, -1, dtype=np.int64)
+    allocated = [0] * count
+    frag_curve = [0.0] * count
+    node_of = [-1] * count
     comm: list[float] = []
     ideal: list[float] = []
     naive: list[float] = []
@@ -233,73 +297,100 @@ def replay(
     report_every = max(1, count // 100)
     bound_log: list[int] = []  # the row of every bind so far, in order
     gpus_of: list[tuple[int, ...]] = [()] * count
+    bind_at = state.bind_at
+    place_gpus = placer.gpus
+    policy_rng = selector.policy_rng
 
+    fresh_choice = not placer.caches_scores
+    last_bind = np.full(n, -1, dtype=np.int64)  # per row: its last entry in bound_log
     for step, sid in enumerate(shape_of.tolist()):
         pod = shapes[sid]
-        gid = group_of[sid]
-        cache = caches.get(gid)
-        if cache is None:
-            scorer = (
-                node_scorer(scorer_policy, group_pod[gid], rows, frag) if scorer_policy is not None else None
-            )
-            cache = caches[gid] = _Cache(n, scorer)
-        if cache.seen < 0:
-            _rescore(placer, nodes, dirty=np.arange(n), pod=group_pod[gid], typical=typical, cache=cache)
-            cache.mark_dead()
-        elif cache.seen < len(bound_log):
-            dead = cache.dead
-            dirty_rows = [r for r in set(bound_log[cache.seen :]) if not dead[r]]
-            if cache.scorer is not None and len(dirty_rows) < PER_NODE_ROWS:
-                score_row, score_arr, gpu_arr = cache.scorer, cache.score, cache.gpu
-                for r in dirty_rows:
-                    value, gpu_arr[r] = score_row(r)
-                    score_arr[r] = value
-                    if value == NEG_INF:
-                        dead[r] = 1
-            elif dirty_rows:
-                dirty_rows.sort()
-                dirty = np.fromiter(dirty_rows, dtype=np.int64, count=len(dirty_rows))
-                _rescore(placer, nodes, dirty=dirty, pod=group_pod[gid], typical=typical, cache=cache)
-                cache.mark_dead()
-        cache.seen = len(bound_log)
-        scores = cache.score
-        mem = pod.memory_mib
-        if plain_select:
-            node = int(scores.argmax())
-            if scores[node] == -np.inf:
-                node = -1
+        if fresh_choice:
+            choice = placer.choose(state, pod, selector)
+            node, gpus = (-1, ()) if choice is None else (choice.node, choice.gpus)
         else:
-            masked = mem and not deterministic
-            node = placer.select(_fits_memory(scores, nodes, mem) if masked else scores, selector)
-        if mem and node >= 0 and memory_left[node] < mem:  # only after a deterministic select
-            masked_scores = _fits_memory(scores, nodes, mem)
+            gid = group_of[sid]
+            cache = caches.get(gid)
+            if cache is None:
+                scorer = (
+                    node_scorer(scorer_policy, group_pod[gid], rows, frag)
+                    if scorer_policy is not None
+                    else None
+                )
+                cache = caches[gid] = _Cache(n, scorer)
+                empty_score, empty_gpu = _empty_scores(workload, placer, gid, group_pod[gid])
+                cache.score, cache.gpu, cache.seen = empty_score[perm], empty_gpu[perm], 0
+                cache.mark_dead()
+            seen = cache.seen
+            logged = len(bound_log)
+            if seen < logged:
+                dead = cache.dead
+                if logged - seen == 1:
+                    last = bound_log[seen]
+                    dirty_rows = [] if dead[last] else [last]
+                elif logged - seen <= SET_ROWS:
+                    dirty_rows = [r for r in set(bound_log[seen:]) if not dead[r]]
+                else:
+                    alive = np.frombuffer(dead, dtype=np.uint8) == 0
+                    dirty_rows = np.flatnonzero((last_bind >= seen) & alive).tolist()
+                if cache.scorer is not None and len(dirty_rows) < PER_NODE_ROWS:
+                    score_row, score_arr, gpu_arr = cache.scorer, cache.score, cache.gpu
+                    for r in dirty_rows:
+                        value, gpu_arr[r] = score_row(r)
+                        score_arr[r] = value
+                        if value == NEG_INF:
+                            dead[r] = 1
+                elif dirty_rows:
+                    dirty_rows.sort()
+                    dirty = np.fromiter(dirty_rows, dtype=np.int64, count=len(dirty_rows))
+                    _rescore(
+                        placer, state.nodes, dirty=dirty, pod=group_pod[gid], typical=typical, cache=cache
+                    )
+                    cache.mark_dead()
+            cache.seen = logged
+            scores = cache.score
+            mem = pod.memory_mib
             if plain_select:
-                node = int(masked_scores.argmax())
-                if masked_scores[node] == -np.inf:
+                node = int(scores.argmax())
+                if scores[node] == NEG_INF:
                     node = -1
             else:
-                node = placer.select(masked_scores, selector)
+                masked = mem and not deterministic
+                node = placer.select(_fits_memory(scores, state.nodes, mem) if masked else scores, selector)
+            if mem and node >= 0 and memory_left[node] < mem:  # only after a deterministic select
+                if plain_select:
+                    node = _first_with_memory(scores, node, memory_left, mem)
+                if node >= 0 and memory_left[node] < mem:
+                    masked_scores = _fits_memory(scores, state.nodes, mem)
+                    if plain_select:
+                        node = int(masked_scores.argmax())
+                        if masked_scores[node] == NEG_INF:
+                            node = -1
+                    else:
+                        node = placer.select(masked_scores, selector)
+            if node >= 0:
+                gpus = place_gpus(state, node, pod, int(cache.gpu[node]), policy_rng)
         if node >= 0:
-            gpus = placer.gpus(state, node, pod, int(cache.gpu[node]), selector.policy_rng)
             k = pod.num_gpu
             if k > 1:
-                width = int(nodes.gpu_count[node])
+                width = count_of[node]
                 topology = node_topology(width)
                 comm.append(topology.set_cost(gpus))
                 ideal.append(best_group_cost(width, k))
-                first = np.flatnonzero(nodes.gpu_free_milli[node] == MILLI)[:k]
-                naive.append(topology.set_cost(tuple(int(g) for g in first)))
-            state.bind(Placement(node=node, gpus=gpus, milli=pod.gpu_milli), pod)
-            gpus_of[step] = tuple(int(g) for g in gpus)
+                first = [g for g, f in enumerate(free_of[node]) if f == MILLI][:k]
+                naive.append(topology.set_cost(tuple(first)))
+            bind_at(node, gpus, pod)
+            last_bind[node] = len(bound_log)
+            gpus_of[step] = gpus
             bound_log.append(node)
             alloc_milli += total_list[sid]
-            placed[step] = True
-            node_of[step] = perm[node]
+            node_of[step] = perm_list[node]
         allocated[step] = alloc_milli
         frag_curve[step] = state.frag_total
         if on_progress is not None and (step % report_every == 0 or step == count - 1):
             on_progress(step + 1, count)
 
+    node_arr = np.array(node_of, dtype=np.int64)
     return SeedRun(
         policy=policy,
         seed=seed,
@@ -307,10 +398,10 @@ def replay(
         order=used_order,
         total_gpu_milli=workload.total_gpu_milli,
         arrived_milli=arrived.astype(np.int64),
-        allocated_milli=allocated,
-        frag_milli=frag_curve,
-        placed=placed,
-        node=node_of,
+        allocated_milli=np.array(allocated, dtype=np.int64),
+        frag_milli=np.array(frag_curve, dtype=np.float64),
+        placed=node_arr >= 0,
+        node=node_arr,
         shape=shape_of.astype(np.int64),
         comm_cost=np.array(comm, dtype=np.float64),
         comm_ideal=np.array(ideal, dtype=np.float64),

@@ -14,6 +14,7 @@ strands GPUs. Node order and tie-breaking are not part of any score (``kubegpu.s
 
 from __future__ import annotations
 
+import weakref
 import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -26,6 +27,8 @@ __all__ = [
     "CLASS_SHARED",
     "KUBEGPU_CORES_PER_GPU",
     "KUBEGPU_STRANDING_WEIGHT",
+    "KUBEGPU_WASTEFUL_FILL",
+    "KUBEGPU_WASTEFUL_WEIGHT",
     "MAX_SPEC_CPU_MILLI",
     "MAX_SPEC_GPU_MILLI",
     "MILLI",
@@ -38,6 +41,7 @@ __all__ = [
     "cpu_stranded_gpus",
     "feasible",
     "fragmentation",
+    "kubegpu_target",
     "name_tiebreak",
     "pod_class",
     "score_nodes",
@@ -364,13 +368,18 @@ def score_clustering(nodes: NodeArrays, pod: PodRequest, shapes: TypicalShapes) 
 
 
 def _fgd_after(
-    nodes: NodeArrays, pod: PodRequest, ok: BoolArray, shapes: TypicalShapes
+    nodes: NodeArrays,
+    pod: PodRequest,
+    ok: BoolArray,
+    shapes: TypicalShapes,
+    before: FloatArray | None = None,
 ) -> tuple[FloatArray, IntArray]:
     """Fragmentation decrease (before - after) per node and the GPU a shared pod would take.
 
     Shared pods are tried on every GPU with room (GPUs with equal free milli give the same state,
     so only the first of each is evaluated); the best decrease wins, the lowest index on ties.
-    Whole-GPU and CPU-only pods have one after-state.
+    Whole-GPU and CPU-only pods have one after-state. ``before`` is each row's fragmentation under
+    ``shapes`` (at least where ``ok``); ``None``: ``nodes.frag_milli``, the state's own.
     """
     rows = len(ok)
     free = nodes.gpu_free_milli
@@ -380,13 +389,14 @@ def _fgd_after(
     idx = np.flatnonzero(ok)
     if idx.size == 0:
         return delta, gpu
-    before = nodes.frag_milli
+    if before is None:
+        before = nodes.frag_milli
     if not pod.shared:
         after = take_whole(free[idx], pod.num_gpu) if pod.num_gpu else free[idx]
         frag = fragmentation(after, cpu_after[idx], nodes.model_index[idx], shapes)
         delta[idx] = before[idx] - frag
         return delta, gpu
-    table, table_int = _shared_tables(nodes, pod, idx, cpu_after, shapes)
+    table, table_int = _shared_tables(nodes, pod, idx, cpu_after, shapes, before=before)
     best = table_int.argmax(axis=1)
     delta[idx] = table[np.arange(len(idx)), best]
     gpu[idx] = best
@@ -394,10 +404,15 @@ def _fgd_after(
 
 
 def _shared_tables(
-    nodes: NodeArrays, pod: PodRequest, idx: IntArray, cpu_after: IntArray, shapes: TypicalShapes
+    nodes: NodeArrays,
+    pod: PodRequest,
+    idx: IntArray,
+    cpu_after: IntArray,
+    shapes: TypicalShapes,
+    *,
+    before: FloatArray,
 ) -> tuple[FloatArray, FloatArray]:
     free = nodes.gpu_free_milli
-    before = nodes.frag_milli
     sub = free[idx]
     width = sub.shape[1]
     earlier_same = (sub[:, :, None] == sub[:, None, :]) & np.tri(width, width, -1, dtype=bool)[None, :, :]
@@ -429,9 +444,15 @@ def score_fgd(nodes: NodeArrays, pod: PodRequest, shapes: TypicalShapes) -> Scor
 
 # kubegpu's CPU-stranding term (docs/sim.md): a node needs about this many free cores per idle GPU
 # for its GPUs to stay usable, and each GPU's worth of idle GPU left without them costs this many
-# GPUs of fragmentation. Chosen on seeds 42-46 of the default trace (docs/benchmarks.md).
-KUBEGPU_CORES_PER_GPU = 8.0
+# GPUs of fragmentation. Chosen on seeds 0-9 (docs/sim.md, "kubegpu").
+KUBEGPU_CORES_PER_GPU = 12.0
 KUBEGPU_STRANDING_WEIGHT = 2.0
+# kubegpu's target workload (``kubegpu_target``): a shared shape whose leftover on a fresh GPU
+# (1000 - its milli) fits typical GPU pods making up less than KUBEGPU_WASTEFUL_FILL of them is
+# "wasteful" (on the openb trace: the 810-milli pods, whose 190 left over only 160- and 110-milli
+# pods fill), and its weight in FGD's target is multiplied by KUBEGPU_WASTEFUL_WEIGHT.
+KUBEGPU_WASTEFUL_FILL = 0.05
+KUBEGPU_WASTEFUL_WEIGHT = -0.25
 
 
 def cpu_stranded_gpus(
@@ -443,10 +464,70 @@ def cpu_stranded_gpus(
     return out
 
 
-def score_kubegpu(nodes: NodeArrays, pod: PodRequest, shapes: TypicalShapes) -> Scores:
-    """kubegpu: FGD's fragmentation gradient plus CPU stranding.
+_TARGETS: weakref.WeakKeyDictionary[TypicalShapes, TypicalShapes] = weakref.WeakKeyDictionary()
 
-    * gain = FGD's fragmentation decrease minus ``KUBEGPU_STRANDING_WEIGHT`` x 1000 x the increase of
+
+def kubegpu_target(
+    shapes: TypicalShapes,
+    *,
+    fill: float = KUBEGPU_WASTEFUL_FILL,
+    factor: float = KUBEGPU_WASTEFUL_WEIGHT,
+) -> TypicalShapes:
+    """kubegpu's target workload: ``shapes`` with each wasteful shared shape's weight times ``factor``.
+
+    A shared shape (one GPU, under 1000 milli) is wasteful when the typical 1-GPU shapes that fit in
+    what it leaves of a fresh GPU (1000 - its milli) weigh less than ``fill`` of all GPU shapes: at
+    130 % arrived such a pod on a fresh GPU leaves that leftover idle for good. FGD keeps room for it
+    like for any popular shape; with a negative ``factor`` a GPU that can no longer take it counts
+    as a gain instead, so other pods break into fresh GPUs a little more readily and fewer wasteful
+    pods find one. Weights stay integers (rounded) and the CPU-only shapes keep their share of the
+    total. Returns ``shapes`` itself when nothing changes; memoised per ``shapes`` for the defaults.
+    """
+    default = fill == KUBEGPU_WASTEFUL_FILL and factor == KUBEGPU_WASTEFUL_WEIGHT
+    if default:
+        cached = _TARGETS.get(shapes)
+        if cached is not None:
+            return cached
+    weight = shapes.weight.tolist()
+    milli = shapes.gpu_milli.tolist()
+    num = shapes.num_gpu.tolist()
+    gpu_total = sum(weight)
+    new = list(weight)
+    for i, m in enumerate(milli):
+        if num[i] != 1 or m >= MILLI:
+            continue
+        filled = sum(w for w, mm, k in zip(weight, milli, num, strict=True) if k == 1 and mm <= MILLI - m)
+        if filled < fill * gpu_total:
+            new[i] = round(weight[i] * factor)
+    out = shapes
+    new_sum = sum(new)
+    if new != weight and new_sum > 0:
+        total = round(new_sum * shapes.weight_total / gpu_total)
+        arr = np.array(new, dtype=np.int64)
+        out = TypicalShapes(
+            cpu_milli=shapes.cpu_milli,
+            gpu_milli=shapes.gpu_milli,
+            num_gpu=shapes.num_gpu,
+            model_ok=shapes.model_ok,
+            popularity=arr / total,
+            weight=arr,
+            weight_total=total,
+            unique_milli=shapes.unique_milli,
+            milli_slot=shapes.milli_slot,
+            count=shapes.count,
+            coverage=shapes.coverage,
+        )
+    if default:
+        _TARGETS[shapes] = out
+    return out
+
+
+def score_kubegpu(nodes: NodeArrays, pod: PodRequest, shapes: TypicalShapes) -> Scores:
+    """kubegpu: FGD's fragmentation gradient under kubegpu's target workload, plus CPU stranding.
+
+    * the fragmentation is FGD's, under ``kubegpu_target(shapes)`` (the wasteful shared shapes
+      weighted down, below zero by default) instead of ``shapes``;
+    * gain = that fragmentation decrease minus ``KUBEGPU_STRANDING_WEIGHT`` x 1000 x the increase of
       ``cpu_stranded_gpus``: FGD only notices CPU when a typical shape stops fitting, so CPU-only and
       CPU-heavy pods wear down the CPU of GPU-dense nodes until their last GPUs are stranded; this
       term charges that wear as it happens and steers such pods to CPU-rich nodes.
@@ -455,11 +536,19 @@ def score_kubegpu(nodes: NodeArrays, pod: PodRequest, shapes: TypicalShapes) -> 
       order is ``Order.CRC``, see ``kubegpu.sim.policy``).
     """
     ok = feasible(nodes, pod)
-    delta, gpu = _fgd_after(nodes, pod, ok, shapes)
+    target = kubegpu_target(shapes)
+    before = None
+    if target is not shapes:
+        before = np.zeros(len(ok))
+        idx = np.flatnonzero(ok)
+        before[idx] = fragmentation(
+            nodes.gpu_free_milli[idx], nodes.cpu_left_milli[idx], nodes.model_index[idx], target
+        )
+    delta, gpu = _fgd_after(nodes, pod, ok, target, before)
     idle = nodes.gpu_free_milli.sum(axis=1)
-    before = cpu_stranded_gpus(idle, nodes.cpu_left_milli)
+    before_stranded = cpu_stranded_gpus(idle, nodes.cpu_left_milli)
     after = cpu_stranded_gpus(idle - pod.gpu_milli * pod.num_gpu, nodes.cpu_left_milli - pod.cpu_milli)
-    gain = delta - KUBEGPU_STRANDING_WEIGHT * MILLI * (after - before)
+    gain = delta - KUBEGPU_STRANDING_WEIGHT * MILLI * (after - before_stranded)
     return _finish(ok, np.floor(_sigmoid100(gain)), gpu)
 
 

@@ -24,9 +24,12 @@ from kubegpu.sim.scoring import (
     TypicalShapes,
     _sigmoid100,
     fragmentation,
+    kubegpu_target,
     score_nodes,
     typical_shapes,
 )
+from kubegpu.sim.workload import Workload, prepare
+from tests.unit.sim.conftest import make_trace
 from tests.unit.sim.test_policy import pinned_trace_workload
 
 MODELS = 4
@@ -53,12 +56,15 @@ def test_score_steps_reproduce_numpys_integer_sigmoid_near_every_step_and_elsewh
     assert np.all(np.diff(np.floor(_sigmoid100(window))) >= 0)
 
 
-def _shapes(rng: np.random.Generator) -> TypicalShapes:
+SHARES = (1000, 810, 470, 320, 650, 230, 50)
+
+
+def _shapes(rng: np.random.Generator, shares: tuple[int, ...] = SHARES) -> TypicalShapes:
     shapes = []
     counts = []
     for i in range(40):
         num = int(rng.choice([0, 1, 1, 1, 2, 4, 8]))
-        milli = int(rng.choice([1000, 810, 470, 320, 650, 230, 50])) if num == 1 else (1000 if num else 0)
+        milli = int(rng.choice(shares)) if num == 1 else (1000 if num else 0)
         ok = np.ones(MODELS, dtype=bool) if rng.random() < 0.8 else rng.random(MODELS) < 0.5
         shapes.append((int(rng.choice([0, 2000, 3152, 8000, 11300, 24000])), milli, num, ok, f"s{i}"))
         counts.append(int(rng.integers(1, 500)))
@@ -134,6 +140,24 @@ def test_per_node_scores_and_gpus_equal_the_vectorised_ones(policy: Policy, seed
         )
 
 
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_kubegpu_per_node_scores_equal_the_vectorised_ones_when_its_target_is_not_fgds(seed: int) -> None:
+    # without 50-milli shapes nothing fills an 810 pod's leftover: kubegpu's target differs from FGD's
+    rng = np.random.default_rng(seed)
+    shapes = _shapes(rng, shares=(1000, 810, 470, 320, 650, 230))
+    assert kubegpu_target(shapes) is not shapes
+    nodes = _nodes(rng, shapes)
+    rows, frag = NodeRows(nodes), FragTable(shapes)
+    assert frag.target() is not frag
+    for pod in _pods(rng):
+        want = score_nodes(Policy.KUBEGPU, nodes, pod, shapes)
+        score = node_scorer(Policy.KUBEGPU, pod, rows, frag)
+        got = [score(r) for r in range(len(nodes.gpu_count))]
+        assert [s for s, _ in got] == want.score.tolist(), pod
+        fits = want.score > -np.inf
+        assert [g for (_, g), ok in zip(got, fits, strict=True) if ok] == want.gpu[fits].tolist(), pod
+
+
 def test_frag_table_equals_the_vectorised_fragmentation_of_each_row() -> None:
     rng = np.random.default_rng(5)
     shapes = _shapes(rng)
@@ -151,21 +175,78 @@ def test_frag_table_equals_the_vectorised_fragmentation_of_each_row() -> None:
     assert got == nodes.frag_milli.tolist()
 
 
+_RUN_FIELDS = ("allocated_milli", "frag_milli", "placed", "node", "comm_cost")
+
+
+def _memory_tight_workload() -> Workload:
+    """Nodes whose memory runs out before their GPUs: the best-scored node often lacks a pod's memory."""
+    kinds = [(96000, 8, "G2"), (64000, 4, "V100M16"), (16000, 2, "T4")]
+    nodes = [
+        (f"node-{i:02d}", *kinds[i % 3][:1], 6000 + 4000 * (i % 5), *kinds[i % 3][1:]) for i in range(30)
+    ]
+    millis = [1000, 810, 470, 320, 650, 230, 500]
+    pods = [
+        (f"pod-{i:03d}", 1000 + 700 * (i % 5), 1024 * (1 + i % 7), 1, millis[i % len(millis)], "")
+        for i in range(400)
+    ]
+    return prepare(make_trace(nodes, pods))
+
+
 @pytest.mark.parametrize("policy", list(Policy))
 @pytest.mark.parametrize("tie", list(TieMode))
-def test_replay_gives_the_same_run_whether_rescorings_are_per_node_or_vectorised(
+def test_replay_gives_the_same_run_whichever_way_it_finds_and_rescores_the_bound_rows(
     policy: Policy, tie: TieMode, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    workload = pinned_trace_workload()
+    workload = _memory_tight_workload()
     runs = []
-    for rows in (0, 1 << 30):  # never per node / always per node (but the first scoring of a shape)
-        monkeypatch.setattr(replay_module, "PER_NODE_ROWS", rows)
+    # never / always per node (rescoring), in Python / with numpy (finding the rows bound since a
+    # shape's last arrival), masking the memory at once / looking past every best row without it
+    for limit in (0, 1 << 30):
+        monkeypatch.setattr(replay_module, "PER_NODE_ROWS", limit)
+        monkeypatch.setattr(replay_module, "SET_ROWS", limit)
+        monkeypatch.setattr(replay_module, "MEMORY_TRIES", limit)
         runs.append(replay(workload, policy, 3, tie=tie))
     a, b = runs
-    for field in ("allocated_milli", "frag_milli", "placed", "node", "comm_cost"):
+    for field in _RUN_FIELDS:
         assert getattr(a, field).tolist() == getattr(b, field).tolist(), field
+    assert a.gpus == b.gpus
     assert a.placed.any() and not a.placed.all()  # the trace overflows: fits and misfits both happen
     assert int(a.allocated_milli[-1]) <= MILLI * int(workload.node_gpus.sum())
+
+
+@pytest.mark.parametrize("policy", [Policy.FGD, Policy.KUBEGPU, Policy.CLUSTERING])
+def test_a_replay_does_not_depend_on_the_replays_before_it_in_the_process(policy: Policy) -> None:
+    # the empty cluster's scores and the fragmentation memo are kept per workload across replays
+    workload = pinned_trace_workload()
+    replay_module._EMPTY.pop(workload, None)
+    first = replay(workload, policy, 4)
+    replay(workload, policy, 5)
+    replay(workload, policy, 6, tie=TieMode.RANDOM)
+    again = replay(workload, policy, 4)
+    for field in _RUN_FIELDS:
+        assert getattr(first, field).tolist() == getattr(again, field).tolist(), field
+
+
+def test_looking_past_rows_without_memory_picks_the_masked_argmax_and_restores_the_scores() -> None:
+    rng = np.random.default_rng(11)
+    checked = 0
+    for _ in range(300):
+        rows = int(rng.integers(1, 40))
+        scores = rng.integers(0, 4, size=rows).astype(np.float64)  # many ties
+        scores[rng.random(rows) < 0.2] = -np.inf
+        memory = rng.integers(0, 5, size=rows).tolist()
+        mem = int(rng.integers(1, 5))
+        before = scores.copy()
+        masked = np.where(np.array(memory) >= mem, scores, -np.inf)
+        want = int(masked.argmax()) if masked.max() > -np.inf else -1
+        first = int(scores.argmax()) if scores.max() > -np.inf else -1
+        got = replay_module._first_with_memory(scores, first, memory, mem)
+        assert scores.tolist() == before.tolist()
+        if got >= 0 and memory[got] < mem:  # gave up after MEMORY_TRIES rows: the caller masks
+            continue
+        assert got == want
+        checked += 1
+    assert checked > 200
 
 
 def test_bind_and_unbind_keep_the_lists_the_arrays_and_the_fragmentation_in_step() -> None:

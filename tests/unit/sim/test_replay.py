@@ -116,9 +116,12 @@ def test_empty_cluster_fragmentation_is_reported() -> None:
 
 
 def test_eight_gpu_nodes_use_the_seed_machine_topology() -> None:
+    from kubegpu.sim.policy import SEED_8GPU
     from kubegpu.sim.replay import node_topology
+    from kubegpu.sources.spec import load_node
 
     eight = node_topology(8)
     assert eight.pair_cost(0, 3) == 1.0 and eight.pair_cost(3, 4) == 4.0
+    assert eight == load_node(SEED_8GPU).topology  # built in code, equal to the builtin spec
     four = node_topology(4)
     assert {four.pair_cost(a, b) for a in range(4) for b in range(4) if a != b} == {1.0}

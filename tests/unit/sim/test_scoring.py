@@ -186,3 +186,58 @@ def test_scoring_module_needs_only_numpy_so_an_extender_can_import_it_unchanged(
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)
     assert out.stdout.split() == ["kubegpu", "kubegpu.sim", "kubegpu.sim.scoring"]
+
+
+def shapes_with_a_wasteful_share() -> object:
+    # 810-milli pods leave 190 of a fresh GPU, which neither 470- nor 320-milli pods fit
+    return typical_shapes(
+        [
+            (3152, 810, 1, ANY, "a"),
+            (8000, 470, 1, ANY, "b"),
+            (4000, 320, 1, ANY, "c"),
+            (12000, 1000, 1, ANY, "d"),
+            (1000, 0, 0, ANY, "e"),
+        ],
+        [50, 30, 15, 5, 20],
+        n_models=2,
+        coverage=1.0,
+    )
+
+
+def test_kubegpu_target_weights_down_only_the_share_whose_leftover_no_typical_pod_fills() -> None:
+    from kubegpu.sim.scoring import KUBEGPU_WASTEFUL_WEIGHT, kubegpu_target
+
+    shapes = shapes_with_a_wasteful_share()
+    target = kubegpu_target(shapes)  # type: ignore[arg-type]
+    assert shapes.gpu_milli.tolist() == [810, 470, 320, 1000]  # type: ignore[attr-defined]
+    assert target.weight.tolist() == [round(50 * KUBEGPU_WASTEFUL_WEIGHT), 30, 15, 5]
+    # the CPU-only shapes keep their share of the total (up to rounding): 20 of 120
+    cpu_only = (target.weight_total - int(target.weight.sum())) / target.weight_total
+    assert abs(cpu_only - 20 / 120) < 1 / target.weight_total
+    assert kubegpu_target(shapes) is target  # type: ignore[arg-type]
+
+
+def test_kubegpu_target_is_fgds_when_typical_pods_fill_every_leftover() -> None:
+    from kubegpu.sim.scoring import kubegpu_target
+
+    # 160-milli pods (10 % of the GPU pods) fill what an 810-milli pod leaves
+    shapes = typical_shapes(
+        [(3152, 810, 1, ANY, "a"), (4000, 160, 1, ANY, "b"), (12000, 1000, 1, ANY, "c")],
+        [50, 10, 40],
+        n_models=2,
+        coverage=1.0,
+    )
+    assert kubegpu_target(shapes) is shapes
+
+
+def test_kubegpu_opens_a_fresh_gpu_that_would_otherwise_take_a_wasteful_share() -> None:
+    # FGD fills the GPU with 530 free (a 470 pod leaves 60 there); kubegpu gives the pod the fresh GPU,
+    # which then can no longer take an 810-milli pod (190 idle for good at 130 % arrived)
+    shapes = shapes_with_a_wasteful_share()
+    nodes = node_arrays([[1000], [530]])
+    nodes.frag_milli[:] = fragmentation(nodes.gpu_free_milli, nodes.cpu_left_milli, nodes.model_index, shapes)  # type: ignore[arg-type]
+    request = pod(cpu=4000, milli=470)
+    fgd, _ = score(Policy.FGD, nodes, request, shapes)
+    assert fgd[1] > fgd[0]
+    ours, _ = score(Policy.KUBEGPU, nodes, request, shapes)
+    assert ours[0] > ours[1]
