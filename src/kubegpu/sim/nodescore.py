@@ -27,6 +27,7 @@ import numpy as np
 
 from kubegpu.sim.scoring import (
     KUBEGPU_CORES_PER_GPU,
+    KUBEGPU_SPREAD_BONUS,
     KUBEGPU_STRANDING_WEIGHT,
     MAX_SPEC_CPU_MILLI,
     MAX_SPEC_GPU_MILLI,
@@ -38,6 +39,7 @@ from kubegpu.sim.scoring import (
     _sigmoid100,
     kubegpu_target,
     pod_class,
+    wasteful_milli,
 )
 
 __all__ = ["FragTable", "NodeRows", "NodeScorer", "node_scorer", "score_steps"]
@@ -135,6 +137,13 @@ class FragTable:
             self._target = self if target is shapes else FragTable.of_shapes(target)
         return self._target
 
+    def wasteful_milli(self) -> frozenset[int]:
+        """The share sizes these shapes make wasteful (``scoring.wasteful_milli``)."""
+        shapes = self._shapes()
+        if shapes is None:
+            raise ValueError("the typical shapes of this FragTable no longer exist")
+        return wasteful_milli(shapes)
+
     def step(self, cpu_left: int) -> int:
         """Which typical CPU requests fit: the number of distinct ones at most ``cpu_left``."""
         return bisect_right(self._cpu_steps, cpu_left)
@@ -216,6 +225,16 @@ def node_scorer(policy: Policy, pod: PodRequest, rows: NodeRows, frag: FragTable
         table = frag.target() if policy is Policy.KUBEGPU else frag
         frag_of, before_of = table.of, rows.frag
         own_before = table is not frag
+        # kubegpu's spreading bonus (scoring.score_kubegpu) for shares that are not wasteful
+        spread = (
+            policy is Policy.KUBEGPU
+            and shared
+            and bool(KUBEGPU_SPREAD_BONUS)
+            and bool(frag.wasteful_milli())
+            and milli not in frag.wasteful_milli()
+        )
+        bonus = KUBEGPU_SPREAD_BONUS * MILLI
+        per_gpu = KUBEGPU_CORES_PER_GPU
 
         def fgd(r: int) -> tuple[float, int, float]:
             """(FGD's integer score, GPU, fragmentation decrease) of a row where the pod fits."""
@@ -238,6 +257,8 @@ def node_scorer(policy: Policy, pod: PodRequest, rows: NodeRows, frag: FragTable
                 return float(bisect_right(steps, delta)), -1, delta
             best, gpu, best_delta = -1, -1, NEG_INF
             seen: list[int] = []
+            # a GPU in use, or a node narrower than the widest (its padding is 0): scoring._spread_tables
+            boost = spread and min(free) < MILLI and cpu_after >= per_gpu * (sum(free) - milli)
             for g, f in enumerate(free):
                 if f < milli or f in seen:
                     seen.append(f)
@@ -246,6 +267,8 @@ def node_scorer(policy: Policy, pod: PodRequest, rows: NodeRows, frag: FragTable
                 after = list(free)
                 after[g] = f - milli
                 delta = before - frag_of(model, cpu_after, tuple(sorted(after)))
+                if boost and f == MILLI:
+                    delta = delta + bonus
                 score = bisect_right(steps, delta)
                 if score > best:
                     best, gpu, best_delta = score, g, delta
@@ -261,7 +284,6 @@ def node_scorer(policy: Policy, pod: PodRequest, rows: NodeRows, frag: FragTable
 
             return score_fgd
 
-        per_gpu = KUBEGPU_CORES_PER_GPU
         weight = KUBEGPU_STRANDING_WEIGHT
         taken = milli * k
 

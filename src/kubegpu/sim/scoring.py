@@ -26,6 +26,7 @@ import numpy.typing as npt
 __all__ = [
     "CLASS_SHARED",
     "KUBEGPU_CORES_PER_GPU",
+    "KUBEGPU_SPREAD_BONUS",
     "KUBEGPU_STRANDING_WEIGHT",
     "KUBEGPU_WASTEFUL_FILL",
     "KUBEGPU_WASTEFUL_WEIGHT",
@@ -46,6 +47,7 @@ __all__ = [
     "pod_class",
     "score_nodes",
     "typical_shapes",
+    "wasteful_milli",
 ]
 
 MILLI = 1000
@@ -453,6 +455,11 @@ KUBEGPU_STRANDING_WEIGHT = 2.0
 # pods fill), and its weight in FGD's target is multiplied by KUBEGPU_WASTEFUL_WEIGHT.
 KUBEGPU_WASTEFUL_FILL = 0.05
 KUBEGPU_WASTEFUL_WEIGHT = -0.25
+# kubegpu's spreading bonus (``score_kubegpu``): a share that is not wasteful gains this many GPUs'
+# worth of fragmentation decrease when it opens a fresh GPU on a node in use (or narrower than the
+# widest) whose free CPU then still feeds its idle GPUs at KUBEGPU_CORES_PER_GPU. Chosen on seeds
+# 0-9 (docs/sim.md, "kubegpu").
+KUBEGPU_SPREAD_BONUS = 0.3
 
 
 def cpu_stranded_gpus(
@@ -465,6 +472,35 @@ def cpu_stranded_gpus(
 
 
 _TARGETS: weakref.WeakKeyDictionary[TypicalShapes, TypicalShapes] = weakref.WeakKeyDictionary()
+_WASTEFUL: weakref.WeakKeyDictionary[TypicalShapes, frozenset[int]] = weakref.WeakKeyDictionary()
+
+
+def wasteful_milli(shapes: TypicalShapes, *, fill: float = KUBEGPU_WASTEFUL_FILL) -> frozenset[int]:
+    """The share sizes (milli of one GPU) that ``shapes`` makes wasteful (see ``kubegpu_target``).
+
+    A share of ``m`` milli is wasteful when the typical 1-GPU shapes that fit in ``1000 - m`` weigh
+    less than ``fill`` of all GPU shapes' weight. Memoised per ``shapes`` for the default ``fill``.
+    """
+    default = fill == KUBEGPU_WASTEFUL_FILL
+    if default:
+        cached = _WASTEFUL.get(shapes)
+        if cached is not None:
+            return cached
+    weight = shapes.weight.tolist()
+    milli = shapes.gpu_milli.tolist()
+    num = shapes.num_gpu.tolist()
+    gpu_total = sum(weight)
+    out = frozenset(
+        m
+        for m, k in zip(milli, num, strict=True)
+        if k == 1
+        and m < MILLI
+        and sum(w for w, mm, kk in zip(weight, milli, num, strict=True) if kk == 1 and mm <= MILLI - m)
+        < fill * gpu_total
+    )
+    if default:
+        _WASTEFUL[shapes] = out
+    return out
 
 
 def kubegpu_target(
@@ -489,16 +525,12 @@ def kubegpu_target(
         if cached is not None:
             return cached
     weight = shapes.weight.tolist()
-    milli = shapes.gpu_milli.tolist()
-    num = shapes.num_gpu.tolist()
     gpu_total = sum(weight)
-    new = list(weight)
-    for i, m in enumerate(milli):
-        if num[i] != 1 or m >= MILLI:
-            continue
-        filled = sum(w for w, mm, k in zip(weight, milli, num, strict=True) if k == 1 and mm <= MILLI - m)
-        if filled < fill * gpu_total:
-            new[i] = round(weight[i] * factor)
+    wasteful = wasteful_milli(shapes, fill=fill)
+    new = [
+        round(w * factor) if k == 1 and m in wasteful else w
+        for w, m, k in zip(weight, shapes.gpu_milli.tolist(), shapes.num_gpu.tolist(), strict=True)
+    ]
     out = shapes
     new_sum = sum(new)
     if new != weight and new_sum > 0:
@@ -522,12 +554,46 @@ def kubegpu_target(
     return out
 
 
+def _spread_tables(
+    nodes: NodeArrays, pod: PodRequest, ok: BoolArray, target: TypicalShapes, before: FloatArray
+) -> tuple[FloatArray, IntArray]:
+    """kubegpu's decrease and GPU for a share that spreads: FGD's per-GPU table plus the bonus."""
+    rows = len(ok)
+    delta = np.full(rows, -np.inf)
+    gpu = np.full(rows, -1, dtype=np.int64)
+    idx = np.flatnonzero(ok)
+    if idx.size == 0:
+        return delta, gpu
+    cpu_after = nodes.cpu_left_milli - pod.cpu_milli
+    table, _ = _shared_tables(nodes, pod, idx, cpu_after, target, before=before)
+    sub = nodes.gpu_free_milli[idx]
+    # columns past a node's GPUs are 0: a row has one below 1000 when a GPU is in use or when the
+    # node is narrower than the widest (the widest stay whole while empty, for the largest pods)
+    opened = (sub < MILLI).any(axis=1)
+    fed = cpu_after[idx] >= KUBEGPU_CORES_PER_GPU * (sub.sum(axis=1) - pod.gpu_milli)
+    bonus = np.where((sub == MILLI) & (opened & fed)[:, None], KUBEGPU_SPREAD_BONUS * MILLI, 0.0)
+    table = table + bonus
+    best = np.where(np.isfinite(table), np.floor(_sigmoid100(table)), -1.0).argmax(axis=1)
+    delta[idx] = table[np.arange(len(idx)), best]
+    gpu[idx] = best
+    return delta, gpu
+
+
 def score_kubegpu(nodes: NodeArrays, pod: PodRequest, shapes: TypicalShapes) -> Scores:
-    """kubegpu: FGD's fragmentation gradient under kubegpu's target workload, plus CPU stranding.
+    """kubegpu: FGD's fragmentation gradient under kubegpu's target workload, plus spreading and CPU.
 
     * the fragmentation is FGD's, under ``kubegpu_target(shapes)`` (the wasteful shared shapes
       weighted down, below zero by default) instead of ``shapes``;
-    * gain = that fragmentation decrease minus ``KUBEGPU_STRANDING_WEIGHT`` x 1000 x the increase of
+    * spreading, when the target workload has wasteful shares (``wasteful_milli``; with none there
+      is nothing to keep fresh GPUs from, and shares pack as under FGD): a share that is not
+      wasteful gains ``KUBEGPU_SPREAD_BONUS`` x 1000 on a fresh GPU of a node that has a GPU in use
+      or fewer GPUs than the widest node, if the node's free CPU after it still covers
+      ``KUBEGPU_CORES_PER_GPU`` cores per idle GPU. Each share that opens a fresh GPU while some are
+      left is one fresh GPU fewer for a wasteful share (an 810-milli pod leaves 190 milli that
+      almost nothing fills), and later shares fill the GPU it opened; FGD packs shares tightly, so
+      fresh GPUs last longer and the wasteful shares take them. The node condition keeps the widest
+      nodes whole for the largest multi-GPU pods, the CPU condition keeps the opened GPUs fed;
+    * gain = that decrease minus ``KUBEGPU_STRANDING_WEIGHT`` x 1000 x the increase of
       ``cpu_stranded_gpus``: FGD only notices CPU when a typical shape stops fitting, so CPU-only and
       CPU-heavy pods wear down the CPU of GPU-dense nodes until their last GPUs are stranded; this
       term charges that wear as it happens and steers such pods to CPU-rich nodes.
@@ -537,14 +603,18 @@ def score_kubegpu(nodes: NodeArrays, pod: PodRequest, shapes: TypicalShapes) -> 
     """
     ok = feasible(nodes, pod)
     target = kubegpu_target(shapes)
-    before = None
+    before = nodes.frag_milli
     if target is not shapes:
         before = np.zeros(len(ok))
         idx = np.flatnonzero(ok)
         before[idx] = fragmentation(
             nodes.gpu_free_milli[idx], nodes.cpu_left_milli[idx], nodes.model_index[idx], target
         )
-    delta, gpu = _fgd_after(nodes, pod, ok, target, before)
+    wasteful = wasteful_milli(shapes)
+    if pod.shared and KUBEGPU_SPREAD_BONUS and wasteful and pod.gpu_milli not in wasteful:
+        delta, gpu = _spread_tables(nodes, pod, ok, target, before)
+    else:
+        delta, gpu = _fgd_after(nodes, pod, ok, target, before)
     idle = nodes.gpu_free_milli.sum(axis=1)
     before_stranded = cpu_stranded_gpus(idle, nodes.cpu_left_milli)
     after = cpu_stranded_gpus(idle - pod.gpu_milli * pod.num_gpu, nodes.cpu_left_milli - pod.cpu_milli)

@@ -241,3 +241,65 @@ def test_kubegpu_opens_a_fresh_gpu_that_would_otherwise_take_a_wasteful_share() 
     assert fgd[1] > fgd[0]
     ours, _ = score(Policy.KUBEGPU, nodes, request, shapes)
     assert ours[0] > ours[1]
+
+
+def shapes_to_spread() -> object:
+    # as shapes_with_a_wasteful_share, with more whole-GPU pods: the target alone packs a 470 pod
+    return typical_shapes(
+        [
+            (3152, 810, 1, ANY, "a"),
+            (8000, 470, 1, ANY, "b"),
+            (4000, 320, 1, ANY, "c"),
+            (12000, 1000, 1, ANY, "d"),
+            (1000, 0, 0, ANY, "e"),
+        ],
+        [50, 30, 15, 20, 20],
+        n_models=2,
+        coverage=1.0,
+    )
+
+
+def _kubegpu_gpu(rows: list[list[int]], *, cpu: int, shapes: object, milli: int = 470) -> int:
+    nodes = node_arrays(rows, cpu=[cpu] * len(rows))
+    nodes.frag_milli[:] = fragmentation(nodes.gpu_free_milli, nodes.cpu_left_milli, nodes.model_index, shapes)  # type: ignore[arg-type]
+    _, gpus = score(Policy.KUBEGPU, nodes, pod(cpu=4000, milli=milli), shapes)
+    return gpus[0]
+
+
+def test_kubegpu_spreads_a_share_onto_a_fresh_gpu_while_the_workload_has_wasteful_shares(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from kubegpu.sim import scoring
+    from kubegpu.sim.scoring import wasteful_milli
+
+    shapes = shapes_to_spread()
+    assert wasteful_milli(shapes) == {810}  # type: ignore[arg-type]
+    # kubegpu opens GPU 1 for the 470 pod, which an 810 pod then cannot take and a later 470 or
+    # 320 pod fills; without the bonus (and under FGD) it fills GPU 0 (530 free, 60 left)
+    assert _kubegpu_gpu([[530, 1000, 1000, 1000]], cpu=64_000, shapes=shapes) == 1
+    monkeypatch.setattr(scoring, "KUBEGPU_SPREAD_BONUS", 0.0)
+    assert _kubegpu_gpu([[530, 1000, 1000, 1000]], cpu=64_000, shapes=shapes) == 0
+
+
+def test_kubegpu_packs_shares_where_spreading_would_starve_gpus_of_cpu_or_nothing_is_wasteful() -> None:
+    shapes = shapes_to_spread()
+    # 2,530 milli idle after the pod needs 12 cores per GPU (30.4 cores); 20 left is too few
+    assert _kubegpu_gpu([[530, 1000, 1000, 1000]], cpu=24_000, shapes=shapes) == 0
+    # the wasteful share itself is not spread: an 810 pod takes the GPU with 100 milli in use
+    assert _kubegpu_gpu([[900, 1000, 1000, 1000]], cpu=64_000, shapes=shapes, milli=810) == 0
+    # with a typical pod for every leftover (like the extender's default shapes) shares pack as FGD's
+    assert _kubegpu_gpu([[500, 1000]], cpu=64_000, shapes=shapes_half_whole_cpu(), milli=500) == 0
+
+
+def test_kubegpu_keeps_the_widest_nodes_whole_while_they_are_empty() -> None:
+    shapes = shapes_to_spread()
+    # the same empty 4-GPU node scores the bonus beside an 8-GPU node, and not as the widest node
+    beside_wider = node_arrays([[1000] * 4, [1000] * 8])
+    widest = node_arrays([[1000] * 4])
+    request = pod(cpu=4000, milli=470)
+    for nodes in (beside_wider, widest):
+        frag = fragmentation(nodes.gpu_free_milli, nodes.cpu_left_milli, nodes.model_index, shapes)  # type: ignore[arg-type]
+        nodes.frag_milli[:] = frag
+    spread, _ = score(Policy.KUBEGPU, beside_wider, request, shapes)
+    whole, _ = score(Policy.KUBEGPU, widest, request, shapes)
+    assert spread[0] > whole[0]
