@@ -188,8 +188,9 @@ def test_scoring_module_needs_only_numpy_so_an_extender_can_import_it_unchanged(
     assert out.stdout.split() == ["kubegpu", "kubegpu.sim", "kubegpu.sim.scoring"]
 
 
-def shapes_with_a_wasteful_share() -> object:
-    # 810-milli pods leave 190 of a fresh GPU, which neither 470- nor 320-milli pods fit
+def shapes_with_a_wasteful_share(*, whole: int = 5) -> object:
+    # 810-milli pods leave 190 of a fresh GPU, which neither 470- nor 320-milli pods fit; ``whole``:
+    # the weight of the 1-GPU shape
     return typical_shapes(
         [
             (3152, 810, 1, ANY, "a"),
@@ -198,7 +199,7 @@ def shapes_with_a_wasteful_share() -> object:
             (12000, 1000, 1, ANY, "d"),
             (1000, 0, 0, ANY, "e"),
         ],
-        [50, 30, 15, 5, 20],
+        [50, 30, 15, whole, 20],
         n_models=2,
         coverage=1.0,
     )
@@ -244,19 +245,8 @@ def test_kubegpu_opens_a_fresh_gpu_that_would_otherwise_take_a_wasteful_share() 
 
 
 def shapes_to_spread() -> object:
-    # as shapes_with_a_wasteful_share, with more whole-GPU pods: the target alone packs a 470 pod
-    return typical_shapes(
-        [
-            (3152, 810, 1, ANY, "a"),
-            (8000, 470, 1, ANY, "b"),
-            (4000, 320, 1, ANY, "c"),
-            (12000, 1000, 1, ANY, "d"),
-            (1000, 0, 0, ANY, "e"),
-        ],
-        [50, 30, 15, 20, 20],
-        n_models=2,
-        coverage=1.0,
-    )
+    # more whole-GPU pods than shapes_with_a_wasteful_share: the target alone packs a 470 pod
+    return shapes_with_a_wasteful_share(whole=20)
 
 
 def _kubegpu_gpu(rows: list[list[int]], *, cpu: int, shapes: object, milli: int = 470) -> int:
