@@ -226,13 +226,8 @@ def node_scorer(policy: Policy, pod: PodRequest, rows: NodeRows, frag: FragTable
         frag_of, before_of = table.of, rows.frag
         own_before = table is not frag
         # kubegpu's spreading bonus (scoring.score_kubegpu) for shares that are not wasteful
-        spread = (
-            policy is Policy.KUBEGPU
-            and shared
-            and bool(KUBEGPU_SPREAD_BONUS)
-            and bool(frag.wasteful_milli())
-            and milli not in frag.wasteful_milli()
-        )
+        wasteful = frag.wasteful_milli() if policy is Policy.KUBEGPU else frozenset()
+        spread = shared and bool(KUBEGPU_SPREAD_BONUS) and bool(wasteful) and milli not in wasteful
         bonus = KUBEGPU_SPREAD_BONUS * MILLI
         per_gpu = KUBEGPU_CORES_PER_GPU
 
@@ -257,7 +252,7 @@ def node_scorer(policy: Policy, pod: PodRequest, rows: NodeRows, frag: FragTable
                 return float(bisect_right(steps, delta)), -1, delta
             best, gpu, best_delta = -1, -1, NEG_INF
             seen: list[int] = []
-            # a GPU in use, or a node narrower than the widest (its padding is 0): scoring._spread_tables
+            # a GPU in use, or a node narrower than the widest (its padding is 0): scoring._spread_bonus
             boost = spread and min(free) < MILLI and cpu_after >= per_gpu * (sum(free) - milli)
             for g, f in enumerate(free):
                 if f < milli or f in seen:

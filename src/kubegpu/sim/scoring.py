@@ -375,6 +375,8 @@ def _fgd_after(
     ok: BoolArray,
     shapes: TypicalShapes,
     before: FloatArray | None = None,
+    *,
+    fresh_bonus: FloatArray | None = None,
 ) -> tuple[FloatArray, IntArray]:
     """Fragmentation decrease (before - after) per node and the GPU a shared pod would take.
 
@@ -382,6 +384,8 @@ def _fgd_after(
     so only the first of each is evaluated); the best decrease wins, the lowest index on ties.
     Whole-GPU and CPU-only pods have one after-state. ``before`` is each row's fragmentation under
     ``shapes`` (at least where ``ok``); ``None``: ``nodes.frag_milli``, the state's own.
+    ``fresh_bonus`` (shared pods; one value per row) is added to the decrease on the row's fresh
+    GPUs before the best GPU is chosen.
     """
     rows = len(ok)
     free = nodes.gpu_free_milli
@@ -398,7 +402,9 @@ def _fgd_after(
         frag = fragmentation(after, cpu_after[idx], nodes.model_index[idx], shapes)
         delta[idx] = before[idx] - frag
         return delta, gpu
-    table, table_int = _shared_tables(nodes, pod, idx, cpu_after, shapes, before=before)
+    table, table_int = _shared_tables(
+        nodes, pod, idx, cpu_after, shapes, before=before, fresh_bonus=fresh_bonus
+    )
     best = table_int.argmax(axis=1)
     delta[idx] = table[np.arange(len(idx)), best]
     gpu[idx] = best
@@ -413,6 +419,7 @@ def _shared_tables(
     shapes: TypicalShapes,
     *,
     before: FloatArray,
+    fresh_bonus: FloatArray | None = None,
 ) -> tuple[FloatArray, FloatArray]:
     free = nodes.gpu_free_milli
     sub = free[idx]
@@ -426,6 +433,8 @@ def _shared_tables(
     frag = fragmentation(after, cpu_after[node_rows], nodes.model_index[node_rows], shapes)
     table = np.full(sub.shape, -np.inf)
     table[rr, gg] = before[node_rows] - frag
+    if fresh_bonus is not None:
+        table = table + np.where(sub == MILLI, fresh_bonus[idx][:, None], 0.0)
     # the artifact compares integer scores per GPU, so equal integer scores go to the first GPU
     table_int = np.where(cand, np.floor(_sigmoid100(table)), -1.0)
     return table, table_int
@@ -554,29 +563,15 @@ def kubegpu_target(
     return out
 
 
-def _spread_tables(
-    nodes: NodeArrays, pod: PodRequest, ok: BoolArray, target: TypicalShapes, before: FloatArray
-) -> tuple[FloatArray, IntArray]:
-    """kubegpu's decrease and GPU for a share that spreads: FGD's per-GPU table plus the bonus."""
-    rows = len(ok)
-    delta = np.full(rows, -np.inf)
-    gpu = np.full(rows, -1, dtype=np.int64)
-    idx = np.flatnonzero(ok)
-    if idx.size == 0:
-        return delta, gpu
-    cpu_after = nodes.cpu_left_milli - pod.cpu_milli
-    table, _ = _shared_tables(nodes, pod, idx, cpu_after, target, before=before)
-    sub = nodes.gpu_free_milli[idx]
+def _spread_bonus(nodes: NodeArrays, pod: PodRequest) -> FloatArray:
+    """kubegpu's spreading bonus per row for ``pod`` on a fresh GPU (``score_kubegpu``)."""
+    free = nodes.gpu_free_milli
     # columns past a node's GPUs are 0: a row has one below 1000 when a GPU is in use or when the
     # node is narrower than the widest (the widest stay whole while empty, for the largest pods)
-    opened = (sub < MILLI).any(axis=1)
-    fed = cpu_after[idx] >= KUBEGPU_CORES_PER_GPU * (sub.sum(axis=1) - pod.gpu_milli)
-    bonus = np.where((sub == MILLI) & (opened & fed)[:, None], KUBEGPU_SPREAD_BONUS * MILLI, 0.0)
-    table = table + bonus
-    best = np.where(np.isfinite(table), np.floor(_sigmoid100(table)), -1.0).argmax(axis=1)
-    delta[idx] = table[np.arange(len(idx)), best]
-    gpu[idx] = best
-    return delta, gpu
+    opened = (free < MILLI).any(axis=1)
+    fed = nodes.cpu_left_milli - pod.cpu_milli >= KUBEGPU_CORES_PER_GPU * (free.sum(axis=1) - pod.gpu_milli)
+    out: FloatArray = np.where(opened & fed, KUBEGPU_SPREAD_BONUS * MILLI, 0.0)
+    return out
 
 
 def score_kubegpu(nodes: NodeArrays, pod: PodRequest, shapes: TypicalShapes) -> Scores:
@@ -611,10 +606,9 @@ def score_kubegpu(nodes: NodeArrays, pod: PodRequest, shapes: TypicalShapes) -> 
             nodes.gpu_free_milli[idx], nodes.cpu_left_milli[idx], nodes.model_index[idx], target
         )
     wasteful = wasteful_milli(shapes)
-    if pod.shared and KUBEGPU_SPREAD_BONUS and wasteful and pod.gpu_milli not in wasteful:
-        delta, gpu = _spread_tables(nodes, pod, ok, target, before)
-    else:
-        delta, gpu = _fgd_after(nodes, pod, ok, target, before)
+    spread = pod.shared and KUBEGPU_SPREAD_BONUS and wasteful and pod.gpu_milli not in wasteful
+    bonus = _spread_bonus(nodes, pod) if spread else None
+    delta, gpu = _fgd_after(nodes, pod, ok, target, before, fresh_bonus=bonus)
     idle = nodes.gpu_free_milli.sum(axis=1)
     before_stranded = cpu_stranded_gpus(idle, nodes.cpu_left_milli)
     after = cpu_stranded_gpus(idle - pod.gpu_milli * pod.num_gpu, nodes.cpu_left_milli - pod.cpu_milli)
