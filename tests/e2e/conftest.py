@@ -30,7 +30,7 @@ from typing import Any
 import pytest
 
 from tests.e2e.rig import images
-from tests.e2e.rig.rig import DEVICE_PLUGIN_DIR, NODE_NAME, Rig, RigError, build, preflight
+from tests.e2e.rig.rig import DEVICE_PLUGIN_DIR, NODE_NAME, Rig, RigError, build, log_tail, preflight
 
 E2E_DIR = Path(__file__).resolve().parent
 HELM_BUILD = E2E_DIR.parents[1] / "deploy" / "tools" / "build-helm.sh"
@@ -350,11 +350,7 @@ class AgentProcess:
     proc: subprocess.Popen[bytes]
 
     def log_tail(self, lines: int = 40) -> str:
-        try:
-            text = self.log_path.read_text(errors="replace").splitlines()
-        except OSError:
-            return "---- agent: no log"
-        return f"---- last lines of the agent log ({' '.join(self.argv)})\n" + "\n".join(text[-lines:])
+        return log_tail(self.log_path, f"the agent log ({' '.join(self.argv)})", lines)
 
     def stop(self) -> None:
         if self.proc.poll() is None:
@@ -467,11 +463,7 @@ class PrometheusProcess:
         return active
 
     def log_tail(self, lines: int = 30) -> str:
-        try:
-            text = self.log_path.read_text(errors="replace").splitlines()
-        except OSError:
-            return "---- prometheus: no log"
-        return "---- last lines of the prometheus log\n" + "\n".join(text[-lines:])
+        return log_tail(self.log_path, "the prometheus log", lines)
 
     def stop(self) -> None:
         if self.proc.poll() is None:

@@ -17,7 +17,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from tests.e2e.rig.rig import RigError
+from tests.e2e.rig.rig import RigError, log_tail
 
 __all__ = ["ExtenderProcess", "extender_entry", "free_port"]
 
@@ -109,8 +109,4 @@ class ExtenderProcess:
                 self.proc.wait(timeout=15)
 
     def log_tail(self, lines: int = 40) -> str:
-        try:
-            text = self.log_path.read_text(errors="replace").splitlines()
-        except OSError:
-            return "---- extender: no log"
-        return "---- last lines of the extender log\n" + "\n".join(text[-lines:])
+        return log_tail(self.log_path, "the extender log", lines)

@@ -194,6 +194,15 @@ def log(msg: str) -> None:
     print(f"[rig {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
 
+def log_tail(path: Path, title: str, lines: int = 40) -> str:
+    """The last ``lines`` lines of the log at ``path`` under a ``----`` header naming ``title``."""
+    try:
+        text = path.read_text(errors="replace").splitlines()
+    except OSError:
+        return f"---- {title}: no log at {path}"
+    return f"---- last {min(lines, len(text))} lines of {title} ({path})\n" + "\n".join(text[-lines:])
+
+
 def _run(argv: Sequence[str | Path], *, check: bool = True, **kw: Any) -> subprocess.CompletedProcess[str]:
     proc = subprocess.run([str(a) for a in argv], capture_output=True, text=True, check=False, **kw)
     if check and proc.returncode != 0:
@@ -797,13 +806,7 @@ class Rig:
             child.poll()
 
     def log_tail(self, name: str, lines: int = 40) -> str:
-        try:
-            text = self.paths.log_file(name).read_text(errors="replace").splitlines()
-        except OSError:
-            return f"---- {name}: no log"
-        return f"---- last {min(lines, len(text))} lines of {self.paths.log_file(name)}\n" + "\n".join(
-            text[-lines:]
-        )
+        return log_tail(self.paths.log_file(name), name, lines)
 
     def log_tails(self, lines: int = 30) -> str:
         return "\n".join(self.log_tail(n, lines) for n in COMPONENTS)
