@@ -41,6 +41,7 @@ from kubegpu.sim.scoring import (
     Policy,
     Scores,
     TypicalShapes,
+    feasible,
     fragmentation,
     name_tiebreak,
     pod_class,
@@ -423,18 +424,7 @@ class RandomPolicy(ScoredPolicy):
     def choose(self, state: ClusterState, pod: PodRequest, selector: Selector) -> Placement | None:
         # only feasibility matters: checked on the whole state from the per-row GPU summary, which
         # is cheaper on every arrival than keeping per-shape caches current (binds are spread out)
-        n = state.nodes
-        ok = (n.cpu_left_milli >= pod.cpu_milli) & (n.memory_left_mib >= pod.memory_mib)
-        k = pod.num_gpu
-        if k:
-            ok &= pod.model_ok[n.model_index]
-            largest, full = state.gpu_summary()
-            if k == 1:
-                ok &= largest >= pod.gpu_milli
-            elif pod.gpu_milli == MILLI:
-                ok &= full >= k
-            else:
-                ok &= (n.gpu_free_milli >= pod.gpu_milli).sum(axis=1) >= k
+        ok = feasible(state.nodes, pod, state.gpu_summary() if pod.num_gpu else None)
         node = self._pick(np.flatnonzero(ok), selector)
         if node < 0:
             return None

@@ -254,12 +254,24 @@ def fragmentation(
 # -- helpers shared by the policies ----------------------------------------------------------
 
 
-def feasible(nodes: NodeArrays, pod: PodRequest) -> BoolArray:
-    """Where the pod fits: CPU, memory, GPU model, and enough GPUs with enough free milli."""
+def feasible(
+    nodes: NodeArrays, pod: PodRequest, summary: tuple[IntArray, IntArray] | None = None
+) -> BoolArray:
+    """Where the pod fits: CPU, memory, GPU model, and enough GPUs with enough free milli.
+
+    ``summary`` (per row: the largest free milli of one GPU, the number of fully free GPUs), when
+    the caller keeps it current, answers the 1-GPU and whole-GPU cases without the per-GPU scan.
+    """
     ok: BoolArray = (nodes.cpu_left_milli >= pod.cpu_milli) & (nodes.memory_left_mib >= pod.memory_mib)
-    if pod.num_gpu > 0:
+    k = pod.num_gpu
+    if k > 0:
         ok &= pod.model_ok[nodes.model_index]
-        ok &= (nodes.gpu_free_milli >= pod.gpu_milli).sum(axis=1) >= pod.num_gpu
+        if summary is not None and k == 1:
+            ok &= summary[0] >= pod.gpu_milli
+        elif summary is not None and pod.gpu_milli == MILLI:
+            ok &= summary[1] >= k
+        else:
+            ok &= (nodes.gpu_free_milli >= pod.gpu_milli).sum(axis=1) >= k
     return ok
 
 
