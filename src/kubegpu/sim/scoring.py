@@ -26,6 +26,9 @@ import numpy.typing as npt
 __all__ = [
     "CLASS_SHARED",
     "KUBEGPU_CORES_PER_GPU",
+    "KUBEGPU_CPU_HEAVY_FILL",
+    "KUBEGPU_CPU_HEAVY_RATIO",
+    "KUBEGPU_CPU_HEAVY_WEIGHT",
     "KUBEGPU_SPREAD_BONUS",
     "KUBEGPU_STRANDING_WEIGHT",
     "KUBEGPU_WASTEFUL_FILL",
@@ -39,6 +42,7 @@ __all__ = [
     "Policy",
     "Scores",
     "TypicalShapes",
+    "cpu_heavy",
     "cpu_stranded_gpus",
     "feasible",
     "fragmentation",
@@ -481,6 +485,14 @@ KUBEGPU_WASTEFUL_WEIGHT = -0.25
 # widest) whose free CPU then still feeds its idle GPUs at KUBEGPU_CORES_PER_GPU. Chosen on seeds
 # 0-9 (docs/sim.md, "kubegpu").
 KUBEGPU_SPREAD_BONUS = 0.3
+# kubegpu's CPU-heavy shares (``cpu_heavy``): a shared shape that asks more than
+# KUBEGPU_CPU_HEAVY_RATIO times the cores per GPU of the target's GPU demand as a whole, and makes up
+# at least KUBEGPU_CPU_HEAVY_FILL of the GPU shapes' weight, has its weight in kubegpu's target
+# multiplied by KUBEGPU_CPU_HEAVY_WEIGHT (on openb and every gpushare variant: the 470-milli pods
+# with 11.9 cores). Chosen on seeds 0-9 (docs/sim.md, "kubegpu").
+KUBEGPU_CPU_HEAVY_RATIO = 2.0
+KUBEGPU_CPU_HEAVY_FILL = 0.05
+KUBEGPU_CPU_HEAVY_WEIGHT = 0.75
 
 
 def cpu_stranded_gpus(
@@ -524,11 +536,39 @@ def wasteful_milli(shapes: TypicalShapes, *, fill: float = KUBEGPU_WASTEFUL_FILL
     return out
 
 
+def cpu_heavy(
+    shapes: TypicalShapes,
+    *,
+    ratio: float = KUBEGPU_CPU_HEAVY_RATIO,
+    fill: float = KUBEGPU_CPU_HEAVY_FILL,
+) -> BoolArray:
+    """Per shape of ``shapes``: whether it is a common CPU-heavy share (see ``kubegpu_target``).
+
+    A 1-GPU share is CPU-heavy when its cores per GPU (CPU milli / GPU milli) exceed ``ratio`` times
+    those of all GPU shapes together (weighted: total CPU over total GPU milli) and its weight is at
+    least ``fill`` of the GPU shapes' weight.
+    """
+    weight = shapes.weight.astype(np.float64)
+    gpu = shapes.gpu_milli * shapes.num_gpu
+    demand = float((weight * gpu).sum())
+    shared = (shapes.num_gpu == 1) & (shapes.gpu_milli < MILLI)
+    if demand <= 0 or not shared.any():
+        return np.zeros(len(weight), dtype=bool)
+    per_gpu = float((weight * shapes.cpu_milli).sum()) / demand
+    out: BoolArray = (
+        shared
+        & (shapes.cpu_milli > ratio * per_gpu * shapes.gpu_milli)
+        & (weight >= fill * float(weight.sum()))
+    )
+    return out
+
+
 def kubegpu_target(
     shapes: TypicalShapes,
     *,
     fill: float = KUBEGPU_WASTEFUL_FILL,
     factor: float = KUBEGPU_WASTEFUL_WEIGHT,
+    heavy: float = KUBEGPU_CPU_HEAVY_WEIGHT,
 ) -> TypicalShapes:
     """kubegpu's target workload: ``shapes`` with each wasteful shared shape's weight times ``factor``.
 
@@ -537,10 +577,22 @@ def kubegpu_target(
     130 % arrived such a pod on a fresh GPU leaves that leftover idle for good. FGD keeps room for it
     like for any popular shape; with a negative ``factor`` a GPU that can no longer take it counts
     as a gain instead, so other pods break into fresh GPUs a little more readily and fewer wasteful
-    pods find one. Weights stay integers (rounded) and the CPU-only shapes keep their share of the
-    total. Returns ``shapes`` itself when nothing changes; memoised per ``shapes`` for the defaults.
+    pods find one.
+
+    Each common CPU-heavy share (``cpu_heavy``) has its weight multiplied by ``heavy``: FGD keeps
+    room for a shape by its popularity alone, but room kept for a share that needs twice the cores
+    per GPU of the workload also holds the CPU that the GPU-dense pods next to it would use; where
+    GPUs are shared, the cluster's CPU runs out before its GPUs (docs/benchmarks.md, "Where
+    gpushare100's remaining gap is").
+
+    Weights stay integers (rounded) and the CPU-only shapes keep their share of the total. Returns
+    ``shapes`` itself when nothing changes; memoised per ``shapes`` for the defaults.
     """
-    default = fill == KUBEGPU_WASTEFUL_FILL and factor == KUBEGPU_WASTEFUL_WEIGHT
+    default = (
+        fill == KUBEGPU_WASTEFUL_FILL
+        and factor == KUBEGPU_WASTEFUL_WEIGHT
+        and heavy == KUBEGPU_CPU_HEAVY_WEIGHT
+    )
     if default:
         cached = _TARGETS.get(shapes)
         if cached is not None:
@@ -548,9 +600,12 @@ def kubegpu_target(
     weight = shapes.weight.tolist()
     gpu_total = sum(weight)
     wasteful = wasteful_milli(shapes, fill=fill)
+    heavy_of = cpu_heavy(shapes).tolist()
     new = [
-        round(w * factor) if k == 1 and m in wasteful else w
-        for w, m, k in zip(weight, shapes.gpu_milli.tolist(), shapes.num_gpu.tolist(), strict=True)
+        round(w * factor) if k == 1 and m in wasteful else round(w * heavy) if h else w
+        for w, m, k, h in zip(
+            weight, shapes.gpu_milli.tolist(), shapes.num_gpu.tolist(), heavy_of, strict=True
+        )
     ]
     out = shapes
     new_sum = sum(new)

@@ -194,7 +194,7 @@ def shapes_with_a_wasteful_share(*, whole: int = 5) -> object:
     return typical_shapes(
         [
             (3152, 810, 1, ANY, "a"),
-            (8000, 470, 1, ANY, "b"),
+            (6000, 470, 1, ANY, "b"),
             (4000, 320, 1, ANY, "c"),
             (12000, 1000, 1, ANY, "d"),
             (1000, 0, 0, ANY, "e"),
@@ -223,12 +223,69 @@ def test_kubegpu_target_is_fgds_when_typical_pods_fill_every_leftover() -> None:
 
     # 160-milli pods (10 % of the GPU pods) fill what an 810-milli pod leaves
     shapes = typical_shapes(
-        [(3152, 810, 1, ANY, "a"), (4000, 160, 1, ANY, "b"), (12000, 1000, 1, ANY, "c")],
+        [(3152, 810, 1, ANY, "a"), (1000, 160, 1, ANY, "b"), (12000, 1000, 1, ANY, "c")],
         [50, 10, 40],
         n_models=2,
         coverage=1.0,
     )
     assert kubegpu_target(shapes) is shapes
+
+
+def shapes_with_cpu_heavy_shares() -> object:
+    # GPU demand 50x1000 + 20x470 + 10x470 + 4x500 + 16x250 milli, CPU 50x8 + 20x12 + 10x6 + 4x12 +
+    # 16x2 cores: 11.1 cores per GPU, so a share is CPU-heavy above 22.3 cores per GPU
+    return typical_shapes(
+        [
+            (8000, 1000, 1, ANY, "whole"),
+            (12000, 470, 1, ANY, "heavy"),  # 25.5 cores per GPU, 20 % of the GPU pods
+            (6000, 470, 1, ANY, "light"),  # 12.8
+            (12000, 500, 1, ANY, "rare"),  # 24 cores per GPU but 4 % of the GPU pods
+            (2000, 250, 1, ANY, "small"),  # 8
+        ],
+        [50, 20, 10, 4, 16],
+        n_models=2,
+        coverage=1.0,
+    )
+
+
+def _per_shape(shapes: object, values: object) -> dict[tuple[int, int], object]:
+    """``values`` (one per shape) keyed by (CPU milli, GPU milli)."""
+    return dict(
+        zip(
+            zip(shapes.cpu_milli.tolist(), shapes.gpu_milli.tolist(), strict=True),  # type: ignore[attr-defined]
+            values.tolist(),  # type: ignore[attr-defined]
+            strict=True,
+        )
+    )
+
+
+def test_only_common_shares_with_twice_the_workloads_cores_per_gpu_are_cpu_heavy() -> None:
+    from kubegpu.sim.scoring import cpu_heavy
+
+    shapes = shapes_with_cpu_heavy_shares()
+    assert _per_shape(shapes, cpu_heavy(shapes)) == {  # type: ignore[arg-type]
+        (8000, 1000): False,  # whole GPUs are never shares
+        (12000, 470): True,
+        (6000, 470): False,
+        (12000, 500): False,  # CPU-heavy, but under 5 % of the GPU shapes' weight
+        (2000, 250): False,
+    }
+
+
+def test_kubegpu_target_weights_cpu_heavy_shares_down_and_keeps_the_rest() -> None:
+    from kubegpu.sim.scoring import KUBEGPU_CPU_HEAVY_WEIGHT, kubegpu_target
+
+    shapes = shapes_with_cpu_heavy_shares()
+    target = kubegpu_target(shapes)  # type: ignore[arg-type]
+    assert _per_shape(target, target.weight) == {
+        (8000, 1000): 50,
+        (12000, 470): round(20 * KUBEGPU_CPU_HEAVY_WEIGHT),
+        (6000, 470): 10,
+        (12000, 500): 4,
+        (2000, 250): 16,
+    }
+    # with the factor at 1 nothing changes (no share here is wasteful)
+    assert kubegpu_target(shapes, heavy=1.0) is shapes  # type: ignore[arg-type]
 
 
 def test_kubegpu_opens_a_fresh_gpu_that_would_otherwise_take_a_wasteful_share() -> None:
