@@ -570,7 +570,7 @@ def kubegpu_target(
     factor: float = KUBEGPU_WASTEFUL_WEIGHT,
     heavy: float = KUBEGPU_CPU_HEAVY_WEIGHT,
 ) -> TypicalShapes:
-    """kubegpu's target workload: ``shapes`` with each wasteful shared shape's weight times ``factor``.
+    """kubegpu's target workload: ``shapes`` with wasteful shares x ``factor``, CPU-heavy ones x ``heavy``.
 
     A shared shape (one GPU, under 1000 milli) is wasteful when the typical 1-GPU shapes that fit in
     what it leaves of a fresh GPU (1000 - its milli) weigh less than ``fill`` of all GPU shapes: at
