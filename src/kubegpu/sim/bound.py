@@ -196,18 +196,39 @@ def bound_problem(workload: Workload, counts: IntArray) -> BoundProblem:
     )
 
 
+Column = tuple[int, IntArray]  # (node class, copies of each item on one GPU)
+LOWER_PENALTY = 10.0 * MILLI  # milli of objective per unit a lower-bounded item falls short in the master
+
+
 def solve_bound(
-    problem: BoundProblem, *, max_iterations: int = 500, tolerance: float = 1e-7, arrived_milli: int = 0
+    problem: BoundProblem,
+    *,
+    max_iterations: int = 500,
+    tolerance: float = 1e-7,
+    arrived_milli: int = 0,
+    units: IntArray | None = None,
+    lower: IntArray | None = None,
+    pool: list[Column] | None = None,
 ) -> BoundResult:
     """Column generation for ``problem`` until no column prices out (or ``max_iterations``).
 
     ``tolerance`` is relative to the cluster's GPU milli: the loop stops once the dual bound is
     within it of the restricted master's value. The result's ``bound_milli`` is valid either way.
+
+    ``units`` replaces ``problem.item_units`` (at most that many units of each item); ``lower`` asks
+    at least that many units of an item to be placed (``kubegpu.sim.online_bound``: pods that every
+    placement must have taken). A lower bound enters the master with a slack at ``LOWER_PENALTY``
+    per unit, so the master is always feasible, and the dual bound with the row's multiplier
+    ``sigma >= 0`` (``- sigma L`` in the bound, ``+ sigma`` in the item's price) stays valid for any
+    multiplier. ``pool`` is a list of columns kept between calls on the same problem (read and
+    extended): any configuration is a valid column, so later solves start from earlier ones.
     """
     started = time.perf_counter()
     n_items = len(problem.item_size)
     n_classes = len(problem.class_gpus)
     total = float(problem.total_gpu_milli)
+    cap = problem.item_units if units is None else units
+    need = np.zeros(n_items, dtype=np.int64) if lower is None else np.minimum(lower, cap)
     if n_items == 0 or n_classes == 0:
         return BoundResult(
             bound_milli=0.0,
@@ -219,22 +240,22 @@ def solve_bound(
             converged=True,
             seconds=time.perf_counter() - started,
         )
-    col_class: list[int] = []
-    col_counts: list[IntArray] = []
-    limits = np.minimum(problem.item_units, MILLI // np.maximum(problem.item_size, 1))
+    columns: list[Column] = [] if pool is None else pool
+    limits = np.minimum(cap, MILLI // np.maximum(problem.item_size, 1))
     size = problem.item_size.astype(np.float64)
-    for t in range(n_classes):  # start: one item kind per GPU, as many as fit
-        for i in np.flatnonzero(problem.eligible[t]):
-            counts = np.zeros(n_items, dtype=np.int64)
-            counts[i] = limits[i]
-            col_class.append(t)
-            col_counts.append(counts)
-    for t in range(n_classes):  # and each class's fullest configuration at zero prices
-        _, counts = best_configuration(problem.item_size, np.where(problem.eligible[t], size, 0.0), limits)
-        if counts.any():
-            col_class.append(t)
-            col_counts.append(counts)
-    if not col_counts:  # no arrived GPU pod fits any node: nothing can be allocated
+    if not columns:
+        for t in range(n_classes):  # start: one item kind per GPU, as many as fit
+            for i in np.flatnonzero(problem.eligible[t]):
+                counts = np.zeros(n_items, dtype=np.int64)
+                counts[i] = max(1, limits[i])
+                columns.append((t, counts))
+        for t in range(n_classes):  # and each class's fullest configuration at zero prices
+            _, counts = best_configuration(
+                problem.item_size, np.where(problem.eligible[t], size, 0.0), limits
+            )
+            if counts.any():
+                columns.append((t, counts))
+    if not any(c.any() for _, c in columns):  # no arrived GPU pod fits any node: nothing can be allocated
         return BoundResult(
             bound_milli=0.0,
             lp_milli=0.0,
@@ -249,43 +270,52 @@ def solve_bound(
     lp_value = 0.0
     converged = False
     iterations = 0
-    rows = n_classes + n_items + 2 * n_classes
+    low = np.flatnonzero(need > 0)
+    rows = n_classes + n_items + 2 * n_classes + len(low)
     rhs = np.concatenate(
         [
             problem.class_gpus.astype(np.float64),
-            problem.item_units.astype(np.float64),
+            cap.astype(np.float64),
             problem.class_cpu,
             problem.class_memory,
+            -need[low].astype(np.float64),
         ]
     )
+    slack = np.zeros((rows, len(low)))
+    slack[n_classes + n_items + 2 * n_classes + np.arange(len(low)), np.arange(len(low))] = -1.0
     for iterations in range(1, max_iterations + 1):  # noqa: B007 - reported after the loop
-        a = np.array(col_counts, dtype=np.float64).T  # items x columns
-        cls = np.array(col_class, dtype=np.int64)
+        a = np.array([c for _, c in columns], dtype=np.float64).T  # items x columns
+        cls = np.array([t for t, _ in columns], dtype=np.int64)
         matrix = np.zeros((rows, a.shape[1]))
         matrix[cls, np.arange(a.shape[1])] = 1.0
         matrix[n_classes : n_classes + n_items] = a
         matrix[n_classes + n_items + cls, np.arange(a.shape[1])] = problem.item_cpu @ a
         matrix[2 * n_classes + n_items + cls, np.arange(a.shape[1])] = problem.item_memory @ a
+        matrix[3 * n_classes + n_items :] = -a[low]
         value = size @ a
-        result = linprog(-value, A_ub=csc_matrix(matrix), b_ub=rhs, bounds=(0, None), method="highs")
+        objective = np.concatenate([-value, np.full(len(low), LOWER_PENALTY)])
+        result = linprog(
+            objective, A_ub=csc_matrix(np.hstack([matrix, slack])), b_ub=rhs, bounds=(0, None), method="highs"
+        )
         if result.status != 0:  # pragma: no cover - the master is always feasible (x = 0) and bounded
             raise InputError(f"bound: the LP solver failed: {result.message}")
         lp_value = float(-result.fun)
         duals = np.maximum(0.0, -np.asarray(result.ineqlin.marginals, dtype=np.float64))
         pi = duals[n_classes : n_classes + n_items]
         mu = duals[n_classes + n_items : 2 * n_classes + n_items]
-        nu = duals[2 * n_classes + n_items :]
+        nu = duals[2 * n_classes + n_items : 3 * n_classes + n_items]
+        sigma = np.zeros(n_items)
+        sigma[low] = duals[3 * n_classes + n_items :]
         lam = duals[:n_classes]
-        bound = float(pi @ problem.item_units + mu @ problem.class_cpu + nu @ problem.class_memory)
+        bound = float(pi @ cap + mu @ problem.class_cpu + nu @ problem.class_memory - sigma @ need)
         added = 0
         for t in range(n_classes):
-            profits = size - pi - problem.item_cpu * mu[t] - problem.item_memory * nu[t]
+            profits = size - pi + sigma - problem.item_cpu * mu[t] - problem.item_memory * nu[t]
             profits[~problem.eligible[t]] = 0.0
             best, counts = best_configuration(problem.item_size, profits, limits)
             bound += float(problem.class_gpus[t]) * max(0.0, best)
             if best - lam[t] > tolerance * MILLI and counts.any():
-                col_class.append(t)
-                col_counts.append(counts)
+                columns.append((t, counts))
                 added += 1
         best_bound = min(best_bound, bound)
         if added == 0 or best_bound - lp_value <= tolerance * total:
@@ -296,7 +326,7 @@ def solve_bound(
         lp_milli=lp_value,
         total_gpu_milli=problem.total_gpu_milli,
         arrived_milli=arrived_milli,
-        columns=len(col_counts),
+        columns=len(columns),
         iterations=iterations,
         converged=converged,
         seconds=time.perf_counter() - started,

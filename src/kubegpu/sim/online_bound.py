@@ -1,0 +1,183 @@
+"""A tighter upper bound for the policies issue 16 allows: every pod that fits is placed on arrival.
+
+``kubegpu.sim.bound`` bounds what *any* placement of the arrivals allocates, including one that
+leaves out any pod it likes. An online policy that must place every pod that fits somewhere when
+it arrives (FGD, ``kubegpu`` and every policy of the simulator) has less freedom, and for one shape
+the loss can be computed: the **pivot**, a common large share (on openb and its variants the
+810-milli pods with 3.15 cores, whose 190 milli left over almost nothing fills).
+
+With no departures a cluster only fills up, so once the pivot is refused (at arrival ``tau``) it is
+refused for good, and so is every shape that *dominates* it (at least its milli on one GPU, its
+CPU and its memory, models it allows only): wherever such a pod fits, the pivot fits too. Before
+``tau`` every pivot that arrived was placed (``tau`` is its first refusal). So if ``j`` pivots
+arrived before ``tau``, any such policy's final state places exactly ``j`` pivots and no more of
+each dominating shape than arrived before ``tau``, besides everything ``kubegpu.sim.bound``
+already requires. ``j`` depends on the policy, so the bound is the largest LP optimum over all
+``j`` = 0 .. pivots arrived: the intervals of ``j`` are solved as one LP each (at least ``ja``
+pivots, at most ``jb``, dominating shapes capped at their arrivals before the ``jb + 1``-th pivot,
+which is valid for every ``j`` in the interval), and the interval with the highest value is split
+in two until it is narrow or ``MAX_SPLITS`` splits are done (branch and bound; the intervals always
+cover every ``j``, so the maximum over them is valid at every step).
+
+docs/sim.md, "The online bound", has the proof. Pure: numpy and scipy, no I/O.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from kubegpu.sim.bound import BoundProblem, Column, arrival_counts, bound_problem, solve_bound
+from kubegpu.sim.scoring import MILLI, IntArray, PodRequest
+from kubegpu.sim.workload import Workload, arrivals
+
+__all__ = ["OnlineBound", "choose_pivot", "dominates", "online_bound", "pivot_bound"]
+
+PIVOT_DEMAND = 0.05  # a pivot makes up at least this share of the arrived GPU demand
+START_INTERVALS = 8
+MAX_SPLITS = 24
+NARROW = 1 / 200  # an interval of j this narrow (share of the pivots arrived) is not split
+
+
+@dataclass(frozen=True, kw_only=True)
+class OnlineBound:
+    """The bound for one seed: GPU milli (and %), the pivot, and where the maximum lies."""
+
+    bound_milli: float  # valid upper bound for every policy that places each pod that fits
+    offline_milli: float  # kubegpu.sim.bound's bound for the same arrivals (any policy)
+    total_gpu_milli: int
+    pivot: str  # the pivot's shape label ("" when there is none: the bound is the offline one)
+    pivot_arrived: int
+    placed_low: int  # the interval of pivots placed (j) where the maximum is
+    placed_high: int
+    solves: int
+    seconds: float
+
+    @property
+    def bound_pct(self) -> float:
+        return 100.0 * self.bound_milli / self.total_gpu_milli if self.total_gpu_milli else 0.0
+
+    @property
+    def offline_pct(self) -> float:
+        return 100.0 * self.offline_milli / self.total_gpu_milli if self.total_gpu_milli else 0.0
+
+
+def dominates(pod: PodRequest, pivot: PodRequest) -> bool:
+    """Whether ``pod`` fitting somewhere means ``pivot`` fits there too.
+
+    It needs a GPU with at least the pivot's milli free, at least its CPU and memory, and runs only
+    on models the pivot accepts.
+    """
+    return (
+        pod.num_gpu > 0
+        and pod.gpu_milli >= pivot.gpu_milli
+        and pod.cpu_milli >= pivot.cpu_milli
+        and pod.memory_mib >= pivot.memory_mib
+        and not bool((pod.model_ok & ~pivot.model_ok).any())
+    )
+
+
+def choose_pivot(workload: Workload, counts: IntArray) -> int | None:
+    """The pivot shape: of the 1-GPU shares with at least ``PIVOT_DEMAND`` of the arrived GPU demand,
+    the largest (its leftover is the smallest), then the lightest in CPU and memory (the most shapes
+    dominate it). ``None`` when no share is that common. Any choice gives a valid bound."""
+    milli = workload.shape_total_milli()
+    demand = float(counts @ milli)
+    shared = [
+        sid
+        for sid, r in enumerate(workload.shape_requests)
+        if r.shared and counts[sid] > 0 and counts[sid] * milli[sid] >= PIVOT_DEMAND * demand
+    ]
+    if not shared:
+        return None
+    reqs = workload.shape_requests
+    return min(shared, key=lambda s: (-reqs[s].gpu_milli, reqs[s].cpu_milli, reqs[s].memory_mib, s))
+
+
+def pivot_bound(
+    workload: Workload,
+    sequence: IntArray,
+    pivot: int,
+    *,
+    problem: BoundProblem | None = None,
+    pool: list[Column] | None = None,
+) -> tuple[float, int, int, int]:
+    """The branch and bound over ``j`` for one pivot and one arrival sequence (shape ids in order).
+
+    Returns (bound milli, j low, j high of the best interval, LP solves).
+    """
+    reqs = workload.shape_requests
+    counts = np.bincount(sequence, minlength=len(reqs)).astype(np.int64)
+    if problem is None:
+        problem = bound_problem(workload, counts)
+    columns: list[Column] = [] if pool is None else pool
+    items = problem.item_shape
+    where = np.flatnonzero(items == pivot)
+    if where.size == 0:  # the pivot never arrived
+        return solve_bound(problem, pool=columns).bound_milli, 0, 0, 1
+    ip = int(where[0])
+    per_pod = np.array([reqs[s].num_gpu for s in items], dtype=np.int64)
+    capped = np.array([dominates(reqs[s], reqs[pivot]) for s in items], dtype=bool)
+    capped[ip] = False
+    at = np.flatnonzero(sequence == pivot)  # arrival index of each pivot
+    n = len(at)
+
+    def solve(low: int, high: int) -> float:
+        end = int(at[high]) if high < n else len(sequence)  # arrivals before the (high + 1)-th pivot
+        before = np.bincount(sequence[:end], minlength=len(reqs)).astype(np.int64)
+        units = np.where(capped, before[items] * per_pod, problem.item_units)
+        units[ip] = high
+        lower = np.zeros(len(items), dtype=np.int64)
+        lower[ip] = low
+        return solve_bound(problem, units=units, lower=lower, pool=columns).bound_milli
+
+    # intervals [low, high] of j, inclusive, covering 0 .. n; split into disjoint halves
+    edges = sorted({round((n + 1) * k / START_INTERVALS) for k in range(START_INTERVALS + 1)})
+    heap: list[tuple[float, int, int]] = []
+    solves = 0
+    for start, stop in itertools.pairwise(edges):
+        heapq.heappush(heap, (-solve(start, stop - 1), start, stop - 1))
+        solves += 1
+    narrow = int(n * NARROW)
+    for _ in range(MAX_SPLITS):
+        _, low, high = heap[0]
+        if high - low <= narrow:
+            break
+        heapq.heappop(heap)
+        mid = (low + high) // 2
+        for a, b in ((low, mid), (mid + 1, high)):
+            heapq.heappush(heap, (-solve(a, b), a, b))
+            solves += 1
+    value, low, high = heap[0]
+    return -value, low, high, solves
+
+
+def online_bound(workload: Workload, seed: int, *, inflate: float = 1.3) -> OnlineBound:
+    """The online bound for ``seed``'s arrivals (the ones ``replay`` places), with the offline bound."""
+    started = time.perf_counter()
+    sequence = workload.pod_shape[arrivals(workload, seed, inflate)]
+    counts = arrival_counts(workload, seed, inflate)
+    problem = bound_problem(workload, counts)
+    pool: list[Column] = []
+    offline = solve_bound(problem, pool=pool).bound_milli
+    pivot = choose_pivot(workload, counts)
+    if pivot is None:
+        value, low, high, solves, label, arrived = offline, 0, 0, 0, "", 0
+    else:
+        value, low, high, solves = pivot_bound(workload, sequence, pivot, problem=problem, pool=pool)
+        label, arrived = workload.shape_labels[pivot], int(counts[pivot])
+    return OnlineBound(
+        bound_milli=min(value, offline),
+        offline_milli=offline,
+        total_gpu_milli=workload.total_gpus * MILLI,
+        pivot=label,
+        pivot_arrived=arrived,
+        placed_low=low,
+        placed_high=high,
+        solves=solves + 1,
+        seconds=time.perf_counter() - started,
+    )

@@ -1,0 +1,133 @@
+"""The online bound: below the offline bound where arrival order forces a share in, never below a
+policy that places every pod that fits."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from kubegpu.sim.bound import arrival_counts, bound_problem, solve_bound
+from kubegpu.sim.online_bound import choose_pivot, dominates, online_bound, pivot_bound
+from kubegpu.sim.replay import replay
+from kubegpu.sim.scoring import Policy
+from kubegpu.sim.workload import Workload
+from tests.unit.sim.test_bound import greedy, small_cluster, workload_of
+
+
+def two_gpus() -> Workload:
+    # one node, two GPUs: an 810-milli share and two whole-GPU pods
+    return workload_of(
+        [("a", 16000, 1 << 16, 2, "T4")],
+        [("p0", 1000, 1024, 1, 810, ""), ("p1", 2000, 2048, 1, 1000, ""), ("p2", 2000, 2048, 1, 1000, "")],
+    )
+
+
+def shape_of(wl: Workload, milli: int) -> int:
+    return next(i for i, r in enumerate(wl.shape_requests) if r.num_gpu == 1 and r.gpu_milli == milli)
+
+
+def test_a_share_that_arrives_first_is_placed_and_costs_what_it_leaves() -> None:
+    wl = two_gpus()
+    pivot = shape_of(wl, 810)
+    whole = shape_of(wl, 1000)
+    offline = solve_bound(bound_problem(wl, np.bincount(wl.pod_shape, minlength=2))).bound_milli
+    assert offline == pytest.approx(2000)  # leaving the share out, both whole GPUs fit
+    # first the share: every such policy places it, then one whole GPU fits and the other does not
+    first = pivot_bound(wl, np.array([pivot, whole, whole]), pivot)
+    assert first[0] == pytest.approx(1810)
+    assert (first[1], first[2]) == (1, 1)
+    # last: the whole GPUs take both GPUs first and the share is refused, as offline
+    last = pivot_bound(wl, np.array([whole, whole, pivot]), pivot)
+    assert last[0] == pytest.approx(2000)
+
+
+def test_dominating_shapes_are_those_that_fit_only_where_the_pivot_fits() -> None:
+    wl = workload_of(
+        [("a", 16000, 1 << 16, 2, "T4"), ("b", 16000, 1 << 16, 2, "G2")],
+        [
+            ("p0", 2000, 2048, 1, 810, ""),
+            ("p1", 2000, 2048, 1, 1000, ""),  # more milli, same CPU and memory
+            ("p2", 1000, 2048, 1, 1000, ""),  # less CPU: may fit where the pivot does not
+            ("p3", 2000, 2048, 1, 1000, "T4"),  # fewer models: still dominates
+            ("p4", 4000, 4096, 2, 1000, ""),  # two whole GPUs
+            ("p5", 2000, 2048, 1, 500, ""),  # a smaller share
+        ],
+    )
+    by_name = {wl.pod_names[i]: wl.shape_requests[int(wl.pod_shape[i])] for i in range(len(wl.pod_names))}
+    pivot = by_name["p0"]
+    assert [dominates(by_name[p], pivot) for p in ("p1", "p2", "p3", "p4", "p5")] == [
+        True,
+        False,
+        True,
+        True,
+        False,
+    ]
+    assert not dominates(pivot, by_name["p3"])  # the pivot runs on G2, which p3 does not allow
+
+
+def test_the_pivot_is_the_largest_common_share() -> None:
+    wl = small_cluster()  # shares of 250, 470, 810 and 300 milli, 1000s and 4-GPU pods
+    counts = arrival_counts(wl, 1, 1.3)
+    pivot = choose_pivot(wl, counts)
+    assert pivot is not None
+    assert wl.shape_requests[pivot].gpu_milli == 810
+    none = workload_of([("a", 16000, 1 << 16, 2, "T4")], [("p", 1000, 1024, 1, 1000, "")])
+    assert choose_pivot(none, np.ones(1, dtype=np.int64)) is None
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    node_specs=st.lists(
+        st.tuples(st.sampled_from([1, 2, 4]), st.integers(4, 48), st.sampled_from(["G2", "T4"])),
+        min_size=1,
+        max_size=3,
+    ),
+    pod_specs=st.lists(
+        st.tuples(
+            st.sampled_from([0, 1, 1, 1, 1, 2]),
+            st.sampled_from([230, 470, 650, 810, 810, 1000]),
+            st.integers(1, 12),
+            st.sampled_from(["", "", "T4"]),
+        ),
+        min_size=1,
+        max_size=20,
+    ),
+    order=st.randoms(use_true_random=False),
+)
+def test_no_policy_that_places_every_fitting_pod_beats_it(
+    node_specs: list[tuple[int, int, str]], pod_specs: list[tuple[int, int, int, str]], order: object
+) -> None:
+    nodes = [(f"n{i}", c * 1000, 1 << 16, g, m) for i, (g, c, m) in enumerate(node_specs)]
+    pods = [
+        (f"p{i:03d}", cpu * 1000, 2048, k, 0 if k == 0 else milli if k == 1 else 1000, spec if k else "")
+        for i, (k, milli, cpu, spec) in enumerate(pod_specs)
+    ]
+    wl = workload_of(nodes, pods)
+    seq = np.arange(len(pods))
+    order.shuffle(seq)  # type: ignore[attr-defined]
+    sequence = wl.pod_shape[seq]
+    offline = solve_bound(
+        bound_problem(wl, np.bincount(sequence, minlength=len(wl.shape_requests)))
+    ).bound_milli
+    placed = greedy(wl, seq)  # first fit places every pod that fits somewhere, in arrival order
+    # any share may be the pivot: each gives a valid bound
+    for pivot, request in enumerate(wl.shape_requests):
+        if request.shared and (sequence == pivot).any():
+            value = pivot_bound(wl, sequence, pivot)[0]
+            assert placed <= value + 1e-6, wl.shape_labels[pivot]
+            assert value <= offline + 1e-6
+
+
+def test_every_policy_stays_under_the_online_bound_of_its_own_arrivals() -> None:
+    wl = small_cluster()
+    for seed in (1, 2, 3):
+        result = online_bound(wl, seed, inflate=1.3)
+        assert result.bound_milli <= result.offline_milli + 1e-6
+        if seed == 1:  # its 810-milli shares are forced in early: below the offline bound
+            assert result.pivot.endswith("1x810m")
+            assert result.bound_milli < result.offline_milli - 100
+        for policy in Policy:
+            run = replay(wl, policy, seed, inflate=1.3)
+            assert run.allocated_milli[-1] <= result.bound_milli + 1e-6, policy
