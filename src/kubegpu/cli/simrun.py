@@ -237,31 +237,63 @@ def bounds(workload: Any, seeds: tuple[int, ...], inflate: float, *, quiet: bool
     return out
 
 
+def online_bounds(workload: Any, seeds: tuple[int, ...], inflate: float, *, quiet: bool) -> list[Any]:
+    """The online bound (with the offline one) per seed, a line per seed on stderr."""
+    from kubegpu.sim.online_bound import online_bound
+
+    out = []
+    for i, seed in enumerate(seeds, 1):
+        result = online_bound(workload, seed, inflate=inflate)
+        if not quiet:
+            print(
+                f"bound seed {seed} ({i}/{len(seeds)}): {result.offline_pct:.2f} %, online "
+                f"{result.bound_pct:.2f} % (pivot {result.pivot or 'none'}, {result.solves} LPs, "
+                f"{result.seconds:.1f} s)",
+                file=sys.stderr,
+            )
+        out.append(result)
+    return out
+
+
 def render_bound(document: dict[str, Any]) -> None:
     from rich.console import Console
     from rich.table import Table
 
     b = document["bound"]
+    online = "online_bound_pct_mean" in b
     table = Table(
         title=(
             f"Upper bound on allocated GPU %, {len(document['seeds'])} seed(s), "
             f"{document['total_gpus']} GPUs on {document['nodes']} nodes"
         )
     )
-    table.caption = "no policy, online or offline, allocates more of the GPUs for the seed's arrivals"
-    for col in ("seed", "arrived %", "bound %", "columns", "s"):
+    table.caption = "bound: no policy, online or offline, allocates more of the GPUs for the seed's arrivals"
+    columns = ["seed", "arrived %", "bound %"]
+    if online:
+        table.caption += (
+            "; online: no policy that places every pod that fits on arrival does"
+            " (pivot: the share forced in, placed: how many of it the maximum places)"
+        )
+        columns += ["online %", "pivot", "placed"]
+    for col in (*columns, "columns", "s"):
         table.add_column(col, justify="right")
     for row in b["per_seed"]:
-        table.add_row(
-            str(row["seed"]),
-            f"{row['arrived_pct']:.2f}",
-            f"{row['bound_pct']:.2f}",
-            str(row["columns"]),
-            f"{row['seconds']:.1f}",
-        )
-    table.add_row(
-        "mean", "", f"{b['bound_pct_mean']:.2f} ± {b['bound_pct_std']:.2f}", "", "", end_section=True
-    )
+        cells = [str(row["seed"]), f"{row['arrived_pct']:.2f}", f"{row['bound_pct']:.2f}"]
+        seconds = row["seconds"]
+        if online:
+            low, high = row["pivot_placed"]
+            placed = f"{low}" if low == high else f"{low}-{high}"
+            cells += [
+                f"{row['online_bound_pct']:.2f}",
+                row["pivot"] or "-",
+                f"{placed} of {row['pivot_arrived']}" if row["pivot"] else "-",
+            ]
+            seconds = row["online_seconds"]
+        table.add_row(*cells, str(row["columns"]), f"{seconds:.1f}")
+    mean = ["mean", "", f"{b['bound_pct_mean']:.2f} ± {b['bound_pct_std']:.2f}"]
+    if online:
+        mean += [f"{b['online_bound_pct_mean']:.2f} ± {b['online_bound_pct_std']:.2f}", "", ""]
+    table.add_row(*mean, "", "", end_section=True)
     Console().print(table)
 
 

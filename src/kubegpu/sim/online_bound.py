@@ -26,16 +26,19 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import statistics
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
-from kubegpu.sim.bound import BoundProblem, Column, arrival_counts, bound_problem, solve_bound
+from kubegpu.sim.bound import BoundProblem, BoundResult, Column, arrival_counts, bound_problem, solve_bound
 from kubegpu.sim.scoring import MILLI, IntArray, PodRequest
 from kubegpu.sim.workload import Workload, arrivals
 
-__all__ = ["OnlineBound", "choose_pivot", "dominates", "online_bound", "pivot_bound"]
+__all__ = ["OnlineBound", "choose_pivot", "dominates", "online_bound", "pivot_bound", "with_online"]
 
 PIVOT_DEMAND = 0.05  # a pivot makes up at least this share of the arrived GPU demand
 START_INTERVALS = 8
@@ -48,7 +51,7 @@ class OnlineBound:
     """The bound for one seed: GPU milli (and %), the pivot, and where the maximum lies."""
 
     bound_milli: float  # valid upper bound for every policy that places each pod that fits
-    offline_milli: float  # kubegpu.sim.bound's bound for the same arrivals (any policy)
+    offline: BoundResult  # kubegpu.sim.bound's bound for the same arrivals (any policy)
     total_gpu_milli: int
     pivot: str  # the pivot's shape label ("" when there is none: the bound is the offline one)
     pivot_arrived: int
@@ -62,8 +65,12 @@ class OnlineBound:
         return 100.0 * self.bound_milli / self.total_gpu_milli if self.total_gpu_milli else 0.0
 
     @property
+    def offline_milli(self) -> float:
+        return self.offline.bound_milli
+
+    @property
     def offline_pct(self) -> float:
-        return 100.0 * self.offline_milli / self.total_gpu_milli if self.total_gpu_milli else 0.0
+        return self.offline.bound_pct
 
 
 def dominates(pod: PodRequest, pivot: PodRequest) -> bool:
@@ -163,16 +170,16 @@ def online_bound(workload: Workload, seed: int, *, inflate: float = 1.3) -> Onli
     counts = arrival_counts(workload, seed, inflate)
     problem = bound_problem(workload, counts)
     pool: list[Column] = []
-    offline = solve_bound(problem, pool=pool).bound_milli
+    offline = solve_bound(problem, pool=pool, arrived_milli=int(counts @ workload.shape_total_milli()))
     pivot = choose_pivot(workload, counts)
     if pivot is None:
-        value, low, high, solves, label, arrived = offline, 0, 0, 0, "", 0
+        value, low, high, solves, label, arrived = offline.bound_milli, 0, 0, 0, "", 0
     else:
         value, low, high, solves = pivot_bound(workload, sequence, pivot, problem=problem, pool=pool)
         label, arrived = workload.shape_labels[pivot], int(counts[pivot])
     return OnlineBound(
-        bound_milli=min(value, offline),
-        offline_milli=offline,
+        bound_milli=min(value, offline.bound_milli),
+        offline=offline,
         total_gpu_milli=workload.total_gpus * MILLI,
         pivot=label,
         pivot_arrived=arrived,
@@ -181,3 +188,32 @@ def online_bound(workload: Workload, seed: int, *, inflate: float = 1.3) -> Onli
         solves=solves + 1,
         seconds=time.perf_counter() - started,
     )
+
+
+def with_online(document: dict[str, Any], results: Sequence[OnlineBound]) -> dict[str, Any]:
+    """``kubegpu sim bound --json`` with the online bound added per seed and as a mean (no key renamed)."""
+    bound = document["bound"]
+    rows = [
+        {
+            **row,
+            "online_bound_pct": round(r.bound_pct, 3),
+            "pivot": r.pivot,
+            "pivot_arrived": r.pivot_arrived,
+            "pivot_placed": [r.placed_low, r.placed_high],
+            "online_solves": r.solves,
+            "online_seconds": round(r.seconds, 3),
+        }
+        for row, r in zip(bound["per_seed"], results, strict=True)
+    ]
+    pcts = [r.bound_pct for r in results]
+    return {
+        **document,
+        "bound": {
+            **bound,
+            "per_seed": rows,
+            "online_bound_pct_mean": round(statistics.fmean(pcts), 3),
+            "online_bound_pct_std": round(statistics.pstdev(pcts), 3),
+            "online_model": "the bound with the pivot share placed on arrival until its first refusal"
+            " and no dominating pod placed after it, maximised over that refusal",
+        },
+    }

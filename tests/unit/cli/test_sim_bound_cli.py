@@ -108,3 +108,23 @@ def test_variant_preset_rejects_unknown_names_and_mixing_with_knobs(tmp_path: Pa
         res = run_cli(*base, *extra)
         assert res.returncode == 2, extra
         assert fragment in res.stderr and "Traceback" not in res.stderr
+
+
+def test_online_bound_adds_a_column_per_seed_at_most_the_bound(tmp_path: Path) -> None:
+    nodes, pods = trace_files(tmp_path)
+    args = ["sim", "bound", "--nodes", str(nodes), "--pods", str(pods), "--seeds", "1-2"]
+    plain = json.loads(CliRunner().invoke(app, [*args, "--json"]).stdout)
+    result = CliRunner().invoke(app, [*args, "--json", "--online"])
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    rows = doc["bound"]["per_seed"]
+    # the offline figures are the same as without --online; the online one is at most them
+    assert [r["bound_pct"] for r in rows] == [r["bound_pct"] for r in plain["bound"]["per_seed"]]
+    assert all(r["online_bound_pct"] <= r["bound_pct"] + 1e-6 for r in rows)
+    for r in rows:
+        low, high = r["pivot_placed"]
+        assert 0 <= low <= high <= r["pivot_arrived"]
+    assert doc["bound"]["online_bound_pct_mean"] <= doc["bound"]["bound_pct_mean"] + 1e-6
+    table = CliRunner().invoke(app, [*args, "--online"])
+    assert table.exit_code == 0, table.output
+    assert "online %" in table.stdout and "pivot" in table.stdout
