@@ -220,39 +220,40 @@ def check_inflate(inflate: float) -> None:
         )
 
 
+def _per_seed(
+    solve: Any, line: Any, workload: Any, seeds: tuple[int, ...], inflate: float, *, quiet: bool
+) -> list[Any]:
+    """``solve(workload, seed, inflate=...)`` per seed, with ``line(result)`` on stderr after each."""
+    out = []
+    for i, seed in enumerate(seeds, 1):
+        result = solve(workload, seed, inflate=inflate)
+        if not quiet:
+            print(f"bound seed {seed} ({i}/{len(seeds)}): {line(result)}", file=sys.stderr)
+        out.append(result)
+    return out
+
+
 def bounds(workload: Any, seeds: tuple[int, ...], inflate: float, *, quiet: bool) -> list[Any]:
     """One bound per seed, with a line per seed on stderr (a solve takes seconds)."""
     from kubegpu.sim.bound import seed_bound
 
-    out = []
-    for i, seed in enumerate(seeds, 1):
-        result = seed_bound(workload, seed, inflate=inflate)
-        if not quiet:
-            print(
-                f"bound seed {seed} ({i}/{len(seeds)}): {result.bound_pct:.2f} % "
-                f"({result.columns} columns, {result.seconds:.1f} s)",
-                file=sys.stderr,
-            )
-        out.append(result)
-    return out
+    def line(r: Any) -> str:
+        return f"{r.bound_pct:.2f} % ({r.columns} columns, {r.seconds:.1f} s)"
+
+    return _per_seed(seed_bound, line, workload, seeds, inflate, quiet=quiet)
 
 
 def online_bounds(workload: Any, seeds: tuple[int, ...], inflate: float, *, quiet: bool) -> list[Any]:
     """The online bound (with the offline one) per seed, a line per seed on stderr."""
     from kubegpu.sim.online_bound import online_bound
 
-    out = []
-    for i, seed in enumerate(seeds, 1):
-        result = online_bound(workload, seed, inflate=inflate)
-        if not quiet:
-            print(
-                f"bound seed {seed} ({i}/{len(seeds)}): {result.offline_pct:.2f} %, online "
-                f"{result.bound_pct:.2f} % (pivot {result.pivot or 'none'}, {result.solves} LPs, "
-                f"{result.seconds:.1f} s)",
-                file=sys.stderr,
-            )
-        out.append(result)
-    return out
+    def line(r: Any) -> str:
+        return (
+            f"{r.offline_pct:.2f} %, online {r.bound_pct:.2f} % (pivot {r.pivot or 'none'}, "
+            f"{r.solves} LPs, {r.seconds:.1f} s)"
+        )
+
+    return _per_seed(online_bound, line, workload, seeds, inflate, quiet=quiet)
 
 
 def render_bound(document: dict[str, Any]) -> None:

@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from kubegpu.sim.bound import BoundProblem, BoundResult, Column, arrival_counts, bound_problem, solve_bound
+from kubegpu.sim.bound import BoundProblem, BoundResult, Column, bound_problem, solve_bound
 from kubegpu.sim.scoring import MILLI, IntArray, PodRequest
 from kubegpu.sim.workload import Workload, arrivals
 
@@ -167,7 +167,7 @@ def online_bound(workload: Workload, seed: int, *, inflate: float = 1.3) -> Onli
     """The online bound for ``seed``'s arrivals (the ones ``replay`` places), with the offline bound."""
     started = time.perf_counter()
     sequence = workload.pod_shape[arrivals(workload, seed, inflate)]
-    counts = arrival_counts(workload, seed, inflate)
+    counts = np.bincount(sequence, minlength=len(workload.shape_requests)).astype(np.int64)
     problem = bound_problem(workload, counts)
     pool: list[Column] = []
     offline = solve_bound(problem, pool=pool, arrived_milli=int(counts @ workload.shape_total_milli()))

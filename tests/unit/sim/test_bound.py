@@ -128,6 +128,22 @@ def greedy(workload: Workload, seq: np.ndarray) -> int:
     return total
 
 
+def random_workload(
+    node_specs: list[tuple[int, int, str]], pod_specs: list[tuple[int, int, int, str]], order: object
+) -> tuple[Workload, np.ndarray]:
+    """Nodes (GPUs, cores, model) and pods (GPUs, milli, cores, spec) drawn by hypothesis, and an
+    arrival order of the pods shuffled by ``order``."""
+    nodes = [(f"n{i}", c * 1000, 1 << 16, g, m) for i, (g, c, m) in enumerate(node_specs)]
+    pods = [
+        (f"p{i:03d}", cpu * 1000, 2048, k, 0 if k == 0 else milli if k == 1 else 1000, spec if k else "")
+        for i, (k, milli, cpu, spec) in enumerate(pod_specs)
+    ]
+    wl = workload_of(nodes, pods)
+    seq = np.arange(len(pods))
+    order.shuffle(seq)  # type: ignore[attr-defined]
+    return wl, seq
+
+
 @settings(max_examples=25, deadline=None)
 @given(
     node_specs=st.lists(
@@ -150,14 +166,7 @@ def greedy(workload: Workload, seq: np.ndarray) -> int:
 def test_bound_is_never_below_a_real_placement(
     node_specs: list[tuple[int, int, str]], pod_specs: list[tuple[int, int, int, str]], order: object
 ) -> None:
-    nodes = [(f"n{i}", c * 1000, 1 << 16, g, m) for i, (g, c, m) in enumerate(node_specs)]
-    pods = [
-        (f"p{i:03d}", cpu * 1000, 2048, k, 0 if k == 0 else milli if k == 1 else 1000, spec if k else "")
-        for i, (k, milli, cpu, spec) in enumerate(pod_specs)
-    ]
-    wl = workload_of(nodes, pods)
-    seq = np.arange(len(pods))
-    order.shuffle(seq)  # type: ignore[attr-defined]
+    wl, seq = random_workload(node_specs, pod_specs, order)
     value = bound_all(wl)
     assert value + 1e-6 >= greedy(wl, seq)
     assert value <= wl.total_gpu_milli + 1e-6

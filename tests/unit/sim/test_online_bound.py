@@ -13,7 +13,7 @@ from kubegpu.sim.online_bound import choose_pivot, dominates, online_bound, pivo
 from kubegpu.sim.replay import replay
 from kubegpu.sim.scoring import Policy
 from kubegpu.sim.workload import Workload
-from tests.unit.sim.test_bound import greedy, small_cluster, workload_of
+from tests.unit.sim.test_bound import greedy, random_workload, small_cluster, workload_of
 
 
 def two_gpus() -> Workload:
@@ -99,14 +99,7 @@ def test_the_pivot_is_the_largest_common_share() -> None:
 def test_no_policy_that_places_every_fitting_pod_beats_it(
     node_specs: list[tuple[int, int, str]], pod_specs: list[tuple[int, int, int, str]], order: object
 ) -> None:
-    nodes = [(f"n{i}", c * 1000, 1 << 16, g, m) for i, (g, c, m) in enumerate(node_specs)]
-    pods = [
-        (f"p{i:03d}", cpu * 1000, 2048, k, 0 if k == 0 else milli if k == 1 else 1000, spec if k else "")
-        for i, (k, milli, cpu, spec) in enumerate(pod_specs)
-    ]
-    wl = workload_of(nodes, pods)
-    seq = np.arange(len(pods))
-    order.shuffle(seq)  # type: ignore[attr-defined]
+    wl, seq = random_workload(node_specs, pod_specs, order)
     sequence = wl.pod_shape[seq]
     offline = solve_bound(
         bound_problem(wl, np.bincount(sequence, minlength=len(wl.shape_requests)))
