@@ -15,6 +15,9 @@ FGD + 40 % of its gap to the bound, is below it (reachable online at all), the s
 to the online bound that kubegpu closes, and whether both policies stay under it on every seed.
 Without the trace it prints why and exits 0.
 
+A third table adds ``kubegpu-plan`` (``kubegpu.sim.plan``) beside them: its allocation and the
+share of FGD's gap it closes, to the bound and to the online bound.
+
     python bench/sim_gap.py [--data DIR] [--seeds 42-51 | --tune | --held-out] [--workers 2]
         [--variants default,gpushare40,...] [--bound-cache FILE | --no-bound-cache]
 
@@ -136,6 +139,7 @@ def main() -> int:
     print("| variant | bound | FGD | kubegpu | FGD gap | kubegpu gap | share of FGD's gap closed |")
     print("|---|---|---|---|---|---|---|")
     online_rows: list[str] = []
+    plan_rows: list[str] = []
     with tempfile.TemporaryDirectory() as tmp:
         for name in names:
             started = time.perf_counter()
@@ -149,11 +153,14 @@ def main() -> int:
             pairs = cached_bounds(
                 workload, seeds, args.workers, key=f"{name}/{_digest(nodes_path, path)}", cache=cache
             )
-            request = SimRequest(policies=(Policy.FGD, Policy.KUBEGPU), seeds=seeds, workers=args.workers)
+            request = SimRequest(
+                policies=(Policy.FGD, Policy.KUBEGPU, Policy.KUBEGPU_PLAN), seeds=seeds, workers=args.workers
+            )
             runs = run_all(workload, request)
             summaries = {s.policy: s for s in summarise_all(runs, workload, 1.3)}
             fgd = summaries[Policy.FGD].at(130)[0] or 0.0
             ours = summaries[Policy.KUBEGPU].at(130)[0] or 0.0
+            planned = summaries[Policy.KUBEGPU_PLAN].at(130)[0] or 0.0
             bound_pcts = [b for b, _ in pairs]
             online_pcts = [o for _, o in pairs]
             bound = statistics.fmean(bound_pcts)
@@ -171,6 +178,16 @@ def main() -> int:
                 a <= o + 1e-6
                 for policy in (Policy.FGD, Policy.KUBEGPU)
                 for a, o in zip(_final_pct(workload, runs[policy]), online_pcts, strict=True)
+            )
+            plan_under = all(
+                a <= o + 1e-6
+                for a, o in zip(_final_pct(workload, runs[Policy.KUBEGPU_PLAN]), online_pcts, strict=True)
+            )
+            plan_rows.append(
+                f"| {name} | {online:.2f} | {fgd:.2f} | {ours:.2f} | {planned:.2f} | {planned - ours:+.2f} | "
+                f"{(planned - fgd) / (bound - fgd) * 100 if bound > fgd else float('nan'):.1f} % | "
+                f"{(planned - fgd) / (online - fgd) * 100 if online > fgd else float('nan'):.1f} % | "
+                f"{'yes' if plan_under else 'NO'} |"
             )
             online_closed = (ours - fgd) / (online - fgd) * 100 if online > fgd else float("nan")
             online_rows.append(
@@ -190,6 +207,15 @@ def main() -> int:
     )
     print("|---|---|---|---|---|---|---|---|---|---|")
     for row in online_rows:
+        print(row)
+    print("\nkubegpu-plan (docs/sim.md): kubegpu with each share placed by the plan's value-to-go.\n")
+    print(
+        "| variant | online bound | FGD | kubegpu | kubegpu-plan | plan - kubegpu | "
+        "share of FGD's gap to the bound closed | share of FGD's gap to the online bound closed | "
+        "under the online bound on every seed |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|")
+    for row in plan_rows:
         print(row)
     return 0
 

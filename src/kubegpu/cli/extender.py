@@ -38,7 +38,8 @@ def register(app: typer.Typer) -> None:
             str,
             typer.Option(
                 "--policy",
-                help="Placement policy: kubegpu, fgd, bestfit, packing, clustering, dotprod, random.",
+                help="Placement policy: kubegpu, kubegpu-plan (needs scipy), fgd, bestfit, packing,"
+                " clustering, dotprod, random.",
             ),
         ] = "kubegpu",
         workload: Annotated[
@@ -66,7 +67,9 @@ def register(app: typer.Typer) -> None:
         from kubegpu.extender.workload import default_typical, typical_from_file
         from kubegpu.kubeapi import KubeApi
         from kubegpu.probes import parse_address
+        from kubegpu.sim.plan import value_plan_of
         from kubegpu.sim.policy import get_policy
+        from kubegpu.sim.scoring import Policy
 
         logging.basicConfig(
             level=getattr(logging, log_level.upper(), logging.INFO),
@@ -76,6 +79,8 @@ def register(app: typer.Typer) -> None:
         parse_address(listen, flag="--listen")  # bad input is refused before anything starts
         placer = get_policy(policy)
         typical = typical_from_file(workload) if workload is not None else default_typical()
+        if placer.name == Policy.KUBEGPU_PLAN.value:  # its plan (an LP, scipy) now, not at the first pod
+            value_plan_of(typical)
         api = KubeApi(kubeconfig=kubeconfig)
         ledger = Ledger(policy=placer, typical=typical, reservation_ttl_s=reservation_ttl)
         front = Extender(ledger, ApiBinder(api), ready=False)

@@ -47,7 +47,9 @@ def register(app: typer.Typer) -> None:
         policy: Annotated[
             list[str] | None,
             typer.Option(
-                "--policy", help=f"Policy to replay (repeatable): {', '.join(ALL_POLICIES)}. Default: all."
+                "--policy",
+                help=f"Policy to replay (repeatable): {', '.join(ALL_POLICIES)}, kubegpu-plan."
+                " Default: all but kubegpu-plan.",
             ),
         ] = None,
         seeds: Annotated[str, typer.Option("--seeds", help="Seeds: 42, 42-51 or 42,44.")] = "42-51",

@@ -111,7 +111,7 @@ def _policies(names: list[str] | None) -> tuple[Any, ...]:
                 policy = Policy(part)
             except ValueError:
                 raise InputError(
-                    f"--policy {part!r}: unknown policy; choose from {', '.join(ALL_POLICIES)}"
+                    f"--policy {part!r}: unknown policy; choose from {', '.join(p.value for p in Policy)}"
                 ) from None
             if policy not in out:
                 out.append(policy)

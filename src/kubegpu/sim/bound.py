@@ -33,7 +33,7 @@ from __future__ import annotations
 import statistics
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -51,6 +51,7 @@ __all__ = [
     "best_configuration",
     "bound_json",
     "bound_problem",
+    "knapsack_values",
     "seed_bound",
     "solve_bound",
     "with_bound_share",
@@ -90,25 +91,25 @@ class BoundResult:
     iterations: int
     converged: bool
     seconds: float
+    # each item's price at the last master solve (its row's dual, less a lower bound's multiplier):
+    # what placing one unit of it costs the rest of the plan; empty when nothing was solved
+    prices: FloatArray = field(default_factory=lambda: np.zeros(0))
 
     @property
     def bound_pct(self) -> float:
         return 100.0 * self.bound_milli / self.total_gpu_milli if self.total_gpu_milli else 0.0
 
 
-def best_configuration(
-    sizes: IntArray, profits: FloatArray, limits: IntArray, capacity: int = MILLI
-) -> tuple[float, IntArray]:
-    """Exact bounded knapsack: the multiset (counts ``<= limits``) of items with total size at most
-    ``capacity`` and the largest total profit; returns (profit, counts). The empty set (0) counts.
-
-    Dynamic programme over integer sizes 0..capacity with each item's copies split in powers of two.
-    """
-    n = len(sizes)
-    counts: IntArray = np.zeros(n, dtype=np.int64)
-    dp = np.zeros(capacity + 1)
+def _knapsack(
+    sizes: IntArray, profits: FloatArray, limits: IntArray, capacity: int
+) -> tuple[FloatArray, list[tuple[int, int, int, np.ndarray]]]:
+    """The bounded knapsack's table ``dp[w]`` (best profit with total size at most ``w``) and the
+    steps that improved it, for ``best_configuration`` to trace back one optimum."""
+    dp: FloatArray = np.zeros(capacity + 1)
     taken: list[tuple[int, int, int, np.ndarray]] = []
-    useful = [i for i in range(n) if profits[i] > _EPS and 0 < sizes[i] <= capacity and limits[i] > 0]
+    useful = [
+        i for i in range(len(sizes)) if profits[i] > _EPS and 0 < sizes[i] <= capacity and limits[i] > 0
+    ]
     # Of several items of one size, an optimum uses the most profitable first; the others matter only
     # once those run out, so each size keeps only as many copies as fit in the capacity.
     useful.sort(key=lambda i: (int(sizes[i]), -float(profits[i])))
@@ -130,6 +131,27 @@ def best_configuration(
             if better.any():
                 dp[weight:] = np.where(better[weight:], candidate, dp[weight:])
                 taken.append((i, m, weight, better))
+    return dp, taken
+
+
+def knapsack_values(
+    sizes: IntArray, profits: FloatArray, limits: IntArray, capacity: int = MILLI
+) -> FloatArray:
+    """For every w = 0 .. ``capacity``, the best total profit of a multiset of items (counts ``<=
+    limits``) with total size at most w (``kubegpu.sim.plan``'s value of free GPU milli)."""
+    return _knapsack(sizes, profits, limits, capacity)[0]
+
+
+def best_configuration(
+    sizes: IntArray, profits: FloatArray, limits: IntArray, capacity: int = MILLI
+) -> tuple[float, IntArray]:
+    """Exact bounded knapsack: the multiset (counts ``<= limits``) of items with total size at most
+    ``capacity`` and the largest total profit; returns (profit, counts). The empty set (0) counts.
+
+    Dynamic programme over integer sizes 0..capacity with each item's copies split in powers of two.
+    """
+    counts: IntArray = np.zeros(len(sizes), dtype=np.int64)
+    dp, taken = _knapsack(sizes, profits, limits, capacity)
     w = capacity
     for i, m, weight, better in reversed(taken):
         if better[w]:
@@ -330,6 +352,7 @@ def solve_bound(
         iterations=iterations,
         converged=converged,
         seconds=time.perf_counter() - started,
+        prices=pi - sigma,
     )
 
 

@@ -18,6 +18,7 @@ which typical CPU requests fit, and the sorted free milli of the GPUs.
 
 from __future__ import annotations
 
+import math
 import weakref
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable
@@ -137,6 +138,13 @@ class FragTable:
             self._target = self if target is shapes else FragTable.of_shapes(target)
         return self._target
 
+    def shapes(self) -> TypicalShapes:
+        """The typical shapes this table is for."""
+        shapes = self._shapes()
+        if shapes is None:
+            raise ValueError("the typical shapes of this FragTable no longer exist")
+        return shapes
+
     def wasteful_milli(self) -> frozenset[int]:
         """The share sizes these shapes make wasteful (``scoring.wasteful_milli``)."""
         shapes = self._shapes()
@@ -201,6 +209,37 @@ def _best_fit_gpu(free: list[int], milli: int) -> int:
     return where
 
 
+def _plan_scorer(kube: NodeScorer, pod: PodRequest, rows: NodeRows, frag: FragTable) -> NodeScorer:
+    """kubegpu-plan's score of a row (``scoring.score_kubegpu_plan``) around kubegpu's (``kube``)."""
+    if not pod.shared:
+        return kube
+    from kubegpu.sim.plan import PLAN_BUCKET_MILLI, value_plan_of
+
+    plan = value_plan_of(frag.shapes())
+    if plan.flat:
+        return kube
+    value: list[float] = plan.value.tolist()
+    milli = pod.gpu_milli
+    free_of = rows.free
+    step = float(PLAN_BUCKET_MILLI)
+
+    def score_kubegpu_plan(r: int) -> tuple[float, int]:
+        base, hint = kube(r)
+        if base == NEG_INF:
+            return base, hint
+        best, first, at_hint = NEG_INF, -1, NEG_INF
+        for g, f in enumerate(free_of[r]):
+            if f >= milli:
+                b = float(math.floor((value[f - milli] - value[f]) / step))
+                if b > best:
+                    best, first = b, g
+                if g == hint:
+                    at_hint = b
+        return best * 1000.0 + base, hint if hint >= 0 and at_hint == best else first
+
+    return score_kubegpu_plan
+
+
 def node_scorer(policy: Policy, pod: PodRequest, rows: NodeRows, frag: FragTable) -> NodeScorer:
     """``score(row) -> (score, gpu)`` for ``pod`` under ``policy``, as ``score_nodes`` gives for that row."""
     cpu_req, mem_req, k, milli = pod.cpu_milli, pod.memory_mib, pod.num_gpu, pod.gpu_milli
@@ -217,6 +256,9 @@ def node_scorer(policy: Policy, pod: PodRequest, rows: NodeRows, frag: FragTable
             free = free_of[r]
             return model_ok[model_of[r]] and k <= len(free) and sorted(free)[-k] >= milli
         return True
+
+    if policy is Policy.KUBEGPU_PLAN:
+        return _plan_scorer(node_scorer(Policy.KUBEGPU, pod, rows, frag), pod, rows, frag)
 
     if policy in {Policy.FGD, Policy.KUBEGPU}:
         steps = score_steps()

@@ -50,6 +50,7 @@ from kubegpu.sim.scoring import (
     score_dotprod,
     score_fgd,
     score_kubegpu,
+    score_kubegpu_plan,
     score_packing,
     score_random,
 )
@@ -461,6 +462,9 @@ POLICIES: dict[Policy, PlacementPolicy] = {
     Policy.FGD: ScoredPolicy(name="fgd", scorer=score_fgd),
     Policy.KUBEGPU: ScoredPolicy(
         name="kubegpu", scorer=score_kubegpu, default_order=Order.CRC, allocator_for_fresh_gpus=True
+    ),
+    Policy.KUBEGPU_PLAN: ScoredPolicy(
+        name="kubegpu-plan", scorer=score_kubegpu_plan, default_order=Order.CRC, allocator_for_fresh_gpus=True
     ),
 }
 

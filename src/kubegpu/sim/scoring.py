@@ -76,6 +76,7 @@ class Policy(StrEnum):
     BESTFIT = "bestfit"
     FGD = "fgd"
     KUBEGPU = "kubegpu"
+    KUBEGPU_PLAN = "kubegpu-plan"
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)
@@ -683,6 +684,36 @@ def score_kubegpu(nodes: NodeArrays, pod: PodRequest, shapes: TypicalShapes) -> 
     return _finish(ok, np.floor(_sigmoid100(gain)), gpu)
 
 
+def score_kubegpu_plan(nodes: NodeArrays, pod: PodRequest, shapes: TypicalShapes) -> Scores:
+    """kubegpu-plan: a share goes where it loses the least value-to-go, then as kubegpu places it.
+
+    ``kubegpu.sim.plan`` prices what each GPU's free milli is worth to the shares still to come
+    (from an LP plan of the whole target workload); a share of m milli on a GPU with f free loses
+    ``U(f) - U(f - m)``, bucketed by ``PLAN_BUCKET_MILLI``. Per node: the best bucket over its GPUs x
+    1000 + kubegpu's score (0-100), so the bucket decides and kubegpu's score breaks ties; the share
+    takes kubegpu's GPU when that GPU is in the node's best bucket, else the first GPU that is.
+    Every other pod, and every pod when the plan is flat, is scored exactly as by ``kubegpu``.
+    """
+    base = score_kubegpu(nodes, pod, shapes)
+    if not pod.shared:
+        return base
+    from kubegpu.sim.plan import value_plan_of  # here: the plan imports this module
+
+    plan = value_plan_of(shapes)
+    if plan.flat:
+        return base
+    bucket = plan.buckets(nodes.gpu_free_milli, pod.gpu_milli)
+    best = bucket.max(axis=1) if bucket.shape[1] else np.full(len(base.score), -np.inf)
+    hint = base.gpu
+    hinted = np.where(hint >= 0, bucket[np.arange(len(hint)), np.maximum(hint, 0)], -np.inf)
+    gpu = np.where(hinted == best, hint, bucket.argmax(axis=1) if bucket.shape[1] else -1)
+    ok = np.isfinite(base.score)
+    return Scores(
+        score=np.where(ok, best * 1000.0 + base.score, -np.inf),
+        gpu=np.where(ok, gpu, base.gpu).astype(np.int64),
+    )
+
+
 SCORERS: dict[Policy, Callable[[NodeArrays, PodRequest, TypicalShapes], Scores]] = {
     Policy.RANDOM: score_random,
     Policy.DOTPROD: score_dotprod,
@@ -691,6 +722,7 @@ SCORERS: dict[Policy, Callable[[NodeArrays, PodRequest, TypicalShapes], Scores]]
     Policy.BESTFIT: score_bestfit,
     Policy.FGD: score_fgd,
     Policy.KUBEGPU: score_kubegpu,
+    Policy.KUBEGPU_PLAN: score_kubegpu_plan,
 }
 
 

@@ -196,8 +196,9 @@ def test_with_the_crc_order_random_ties_change_nothing_and_any_policy_can_take_i
 
 
 def test_kubegpu_defaults_to_the_crc_order_and_the_others_to_none() -> None:
-    assert POLICIES[Policy.KUBEGPU].default_order is Order.CRC
-    assert all(POLICIES[p].default_order is Order.NONE for p in Policy if p is not Policy.KUBEGPU)
+    ours = {Policy.KUBEGPU, Policy.KUBEGPU_PLAN}
+    assert all(POLICIES[p].default_order is Order.CRC for p in ours)
+    assert all(POLICIES[p].default_order is Order.NONE for p in Policy if p not in ours)
     w = pinned_trace_workload()
     assert replay(w, Policy.KUBEGPU, 0).order is Order.CRC
     assert replay(w, Policy.FGD, 0).order is Order.NONE

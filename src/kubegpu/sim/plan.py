@@ -1,0 +1,175 @@
+"""The value of a GPU's free milli to the shares still to come, from a plan of the whole workload.
+
+The ``kubegpu-plan`` policy (``scoring.score_kubegpu_plan``) places each share where it costs the
+rest of the workload least. What a GPU's free milli is worth depends on which shares can still use
+it: 190 milli left beside an 810-milli pod is worth almost nothing when 160-milli pods are rare,
+530 milli beside a 470-milli pod is worth a second 470. This module prices that from a plan:
+
+1. **The plan** is the online bound's LP (``kubegpu.sim.online_bound``) for the target workload's
+   shapes at the replay's 130 % of capacity, scale-free: one class of ``PLAN_GPUS`` identical GPUs,
+   each typical GPU shape's expected arrivals in proportion to its count in the trace (FGD's own
+   knowledge), CPU, memory and GPU models left out. The pivot share (the largest share with at
+   least 5 % of the GPU demand) is placed on arrival until its first refusal; the plan takes the
+   best share of the pivots placed over a grid (``PLAN_GRID``), the pods that dominate it capped at
+   the same share of their arrivals.
+2. **Prices**: the LP's dual price ``p_i`` of each shape, what one more of it costs the plan.
+3. **Value-to-go** ``U(f)``: the best total ``gpu_milli - p_i`` over the shares that fit in ``f``
+   free milli (a knapsack over the shares, each as often as it fits), for f = 0 .. 1000.
+
+A share of ``m`` milli on a GPU with ``f`` free loses ``U(f) - U(f - m)`` of value-to-go; the policy
+buckets that loss by ``PLAN_BUCKET_MILLI`` (``ValuePlan.buckets``) and ranks nodes by the bucket
+first, kubegpu's score second (docs/sim.md, "kubegpu-plan").
+
+Pure: numpy; scipy (through ``kubegpu.sim.bound``) is imported only when a plan is solved, so the
+extender's image, which has no scipy, can import the policies.
+"""
+
+from __future__ import annotations
+
+import time
+import weakref
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from kubegpu.errors import InputError
+from kubegpu.sim.scoring import MILLI, FloatArray, IntArray, TypicalShapes
+
+__all__ = [
+    "PLAN_BUCKET_MILLI",
+    "PLAN_GPUS",
+    "PLAN_GRID",
+    "PLAN_INFLATE",
+    "ValuePlan",
+    "value_plan",
+    "value_plan_of",
+]
+
+PLAN_GPUS = 100_000  # GPUs of the scale-free plan: large enough that rounding the units is noise
+PLAN_INFLATE = 1.3  # the plan's arrived GPU demand, as a multiple of the capacity (the replay's)
+PLAN_GRID = 20  # the plan tries the pivot placed on 0, 1/20, ..., 20/20 of its arrivals
+PLAN_BUCKET_MILLI = 50  # losses of value-to-go within one bucket count alike (kubegpu decides)
+PLAN_PIVOT_DEMAND = 0.05  # a pivot makes up at least this share of the GPU demand
+
+
+@dataclass(frozen=True, kw_only=True, eq=False)
+class ValuePlan:
+    """``value[f]``: what ``f`` free milli on one GPU is worth to the shares to come (milli)."""
+
+    value: FloatArray  # 1001 entries, non-decreasing, value[0] == 0
+    prices: dict[int, float] = field(default_factory=dict)  # share milli -> its lowest price
+    pivot_milli: int = 0  # 0: no pivot (the plan is the offline LP)
+    pivot_placed: float = 0.0  # share of the pivot's arrivals the plan places
+    plan_pct: float = 0.0  # the plan's allocation, % of the capacity
+    seconds: float = 0.0
+
+    @property
+    def flat(self) -> bool:
+        """No free milli is worth anything: the plan cannot tell GPUs apart."""
+        return not bool(self.value.any())
+
+    def buckets(self, free_milli: IntArray, milli: int) -> FloatArray:
+        """Per GPU: ``floor(-(U(f) - U(f - milli)) / PLAN_BUCKET_MILLI)``, ``-inf`` where it has no room."""
+        room = free_milli >= milli
+        after = np.where(room, free_milli - milli, 0)
+        out: FloatArray = np.where(
+            room, np.floor((self.value[after] - self.value[free_milli]) / PLAN_BUCKET_MILLI), -np.inf
+        )
+        return out
+
+
+def _pivot(size: IntArray, demand: FloatArray, cpu: IntArray) -> int:
+    """The largest share with at least ``PLAN_PIVOT_DEMAND`` of the demand, the lightest in CPU
+    among equals; -1 if there is none."""
+    total = float(demand.sum())
+    shares = [i for i in range(len(size)) if size[i] < MILLI and demand[i] >= PLAN_PIVOT_DEMAND * total]
+    if not shares:
+        return -1
+    return min(shares, key=lambda i: (-int(size[i]), int(cpu[i]), i))
+
+
+def value_plan(shapes: TypicalShapes) -> ValuePlan:
+    """Solve the plan for ``shapes`` (see the module docstring); a flat plan when there are no shares."""
+    # scipy (HiGHS) only here: importing the policies must not need it
+    try:
+        from kubegpu.sim.bound import BoundProblem, Column, knapsack_values, solve_bound  # the LP
+    except ImportError as e:
+        raise InputError(
+            "the kubegpu-plan policy solves its plan with scipy, which is not installed here (the kubegpu"
+            " image does not ship it): install scipy, or choose the kubegpu policy"
+        ) from e
+
+    started = time.perf_counter()
+    gpu = np.flatnonzero(shapes.num_gpu > 0)
+    num = shapes.num_gpu[gpu]
+    size = np.where(num == 1, shapes.gpu_milli[gpu], MILLI).astype(np.int64)
+    per_pod: FloatArray = num.astype(np.float64) * shapes.weight[gpu].astype(np.float64)
+    demand: FloatArray = per_pod * size.astype(np.float64)
+    shares = size < MILLI
+    if not shares.any() or demand.sum() <= 0:
+        return ValuePlan(value=np.zeros(MILLI + 1), seconds=time.perf_counter() - started)
+    scale = PLAN_INFLATE * PLAN_GPUS * MILLI / float(demand.sum())
+    units = np.rint(per_pod * scale).astype(np.int64)
+    n = len(gpu)
+    problem = BoundProblem(
+        item_shape=gpu.astype(np.int64),
+        item_size=size,
+        item_units=units,
+        item_cpu=np.zeros(n),
+        item_memory=np.zeros(n),
+        eligible=np.ones((1, n), dtype=bool),
+        class_gpus=np.array([PLAN_GPUS], dtype=np.int64),
+        class_cpu=np.array([1.0]),
+        class_memory=np.array([1.0]),
+        class_nodes=np.array([PLAN_GPUS], dtype=np.int64),
+        total_gpu_milli=PLAN_GPUS * MILLI,
+    )
+    cpu = shapes.cpu_milli[gpu]
+    pivot = _pivot(size, demand, cpu)
+    pool: list[Column] = []
+    if pivot < 0:
+        result, placed = solve_bound(problem, pool=pool), 1.0
+    else:
+        ok = shapes.model_ok[gpu]
+        dominating = (size >= size[pivot]) & (cpu >= cpu[pivot]) & ~(ok & ~ok[pivot]).any(axis=1)
+        dominating[pivot] = False
+        best = None
+        for step in range(PLAN_GRID + 1):
+            share = step / PLAN_GRID
+            capped = units.copy()
+            capped[dominating] = np.rint(units[dominating] * share).astype(np.int64)
+            capped[pivot] = round(units[pivot] * share)
+            lower = np.zeros(n, dtype=np.int64)
+            lower[pivot] = capped[pivot]
+            got = solve_bound(problem, units=capped, lower=lower, pool=pool)
+            if best is None or got.lp_milli > best[0].lp_milli:
+                best = (got, share)
+        if best is None:  # pragma: no cover - the grid has PLAN_GRID + 1 points
+            raise InputError("plan: no LP was solved")
+        result, placed = best
+    profit = np.where(shares, size - result.prices, 0.0)
+    limits = np.where(shares, MILLI // np.maximum(size, 1), 0)
+    value = knapsack_values(size, profit, limits)
+    prices: dict[int, float] = {}
+    for i in np.flatnonzero(shares):
+        milli = int(size[i])
+        prices[milli] = min(prices.get(milli, np.inf), round(float(result.prices[i]), 3))
+    return ValuePlan(
+        value=np.maximum.accumulate(value),
+        prices=dict(sorted(prices.items())),
+        pivot_milli=int(size[pivot]) if pivot >= 0 else 0,
+        pivot_placed=placed,
+        plan_pct=100.0 * result.lp_milli / (PLAN_GPUS * MILLI),
+        seconds=time.perf_counter() - started,
+    )
+
+
+def value_plan_of(shapes: TypicalShapes) -> ValuePlan:
+    """``value_plan(shapes)``, solved once per ``TypicalShapes`` object and kept while it lives."""
+    plan = _PLANS.get(shapes)
+    if plan is None:
+        plan = _PLANS[shapes] = value_plan(shapes)
+    return plan
+
+
+_PLANS: weakref.WeakKeyDictionary[TypicalShapes, ValuePlan] = weakref.WeakKeyDictionary()
