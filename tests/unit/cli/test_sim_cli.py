@@ -227,3 +227,18 @@ def test_forms_the_plain_parser_does_not_know_go_to_typer_and_behave_as_before(t
     parsed = parse_fast([*base, "--policy", "fgd", "--policy=bestfit", "--inflate", "2", "--json"])
     assert parsed is not None
     assert parsed["policy"] == ["fgd", "bestfit"] and parsed["inflate"] == 2.0 and parsed["as_json"] is True
+
+
+def test_kubegpu_plan_is_opt_in_and_places_every_pod_kubegpu_places_on_a_cluster_with_room(
+    tmp_path: Path,
+) -> None:
+    nodes, pods = trace_files(tmp_path)
+    base = ["sim", "--nodes", str(nodes), "--pods", str(pods), "--seeds", "1", "--inflate", "0", "--json"]
+    default = json.loads(CliRunner().invoke(app, base).stdout)
+    assert "kubegpu-plan" not in default["policies"]  # the default set stays the seven of the paper's tables
+    result = CliRunner().invoke(app, [*base, "--policy", "kubegpu,kubegpu-plan"])
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)["policies"]
+    # the trace fits the cluster as it is: both place every pod, the plan only moves shares around
+    assert doc["kubegpu-plan"]["allocated_pct_at_130"] == doc["kubegpu"]["allocated_pct_at_130"]
+    assert doc["kubegpu-plan"]["failed_pods_by_shape"] == {} == doc["kubegpu"]["failed_pods_by_shape"]
