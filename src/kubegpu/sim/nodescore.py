@@ -131,9 +131,7 @@ class FragTable:
         ``self`` when the target is the shapes themselves; built on first use and kept.
         """
         if self._target is None:
-            shapes = self._shapes()
-            if shapes is None:
-                raise ValueError("the typical shapes of this FragTable no longer exist")
+            shapes = self.shapes()
             target = kubegpu_target(shapes)
             self._target = self if target is shapes else FragTable.of_shapes(target)
         return self._target
@@ -147,10 +145,7 @@ class FragTable:
 
     def wasteful_milli(self) -> frozenset[int]:
         """The share sizes these shapes make wasteful (``scoring.wasteful_milli``)."""
-        shapes = self._shapes()
-        if shapes is None:
-            raise ValueError("the typical shapes of this FragTable no longer exist")
-        return wasteful_milli(shapes)
+        return wasteful_milli(self.shapes())
 
     def step(self, cpu_left: int) -> int:
         """Which typical CPU requests fit: the number of distinct ones at most ``cpu_left``."""

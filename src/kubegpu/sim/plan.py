@@ -149,13 +149,13 @@ def value_plan(shapes: TypicalShapes) -> ValuePlan:
         result, placed = best
     profit = np.where(shares, size - result.prices, 0.0)
     limits = np.where(shares, MILLI // np.maximum(size, 1), 0)
-    value = knapsack_values(size, profit, limits)
+    value = knapsack_values(size, profit, limits)  # non-decreasing: the set for w fits in w + 1
     prices: dict[int, float] = {}
     for i in np.flatnonzero(shares):
         milli = int(size[i])
         prices[milli] = min(prices.get(milli, np.inf), round(float(result.prices[i]), 3))
     return ValuePlan(
-        value=np.maximum.accumulate(value),
+        value=value,
         prices=dict(sorted(prices.items())),
         pivot_milli=int(size[pivot]) if pivot >= 0 else 0,
         pivot_placed=placed,
