@@ -1,6 +1,7 @@
-"""Where the benchmark scripts find the default openb trace: the shared data folder, never the repo.
+"""Where the benchmark scripts find the default openb trace: the copy that ships with kubegpu.
 
-``KUBEGPU_OPENB_DIR`` overrides it; by default it is ``../shared/data/openb`` beside the checkout.
+``KUBEGPU_OPENB_DIR`` overrides it (a folder with the same two file names); by default it is
+``src/kubegpu/sim/data/openb`` (``kubegpu.sim.openb``), so a clone benchmarks with nothing beside it.
 """
 
 from __future__ import annotations
@@ -8,11 +9,11 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-NODES, PODS = "openb_node_list_gpu_node.csv", "openb_pod_list_default.csv"
+from kubegpu.sim.openb import DATA_DIR, NODES_FILE, PODS_FILE
+
+NODES, PODS = NODES_FILE, PODS_FILE
 
 
 def default_data_dir() -> Path:
     env = os.environ.get("KUBEGPU_OPENB_DIR")
-    if env:
-        return Path(env)
-    return Path(__file__).resolve().parents[1].parent / "shared" / "data" / "openb"
+    return Path(env) if env else DATA_DIR

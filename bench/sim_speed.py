@@ -12,8 +12,8 @@ less sensitive to other jobs. ``--baseline SRC`` also measures another checkout'
 (e.g. main's, from ``git archive``) the same way, interleaved run by run with this one, so both see
 the same load. ``--profile`` also prints where run 1's time goes: the slowest imports (``python -X
 importtime``) and the top functions of a cProfile of the whole command. Prints Markdown tables.
-Without the trace (shared data folder) it prints why and exits 0; it never fails on time (speed is
-reported, not asserted).
+Without the trace (KUBEGPU_OPENB_DIR pointing elsewhere) it prints why and exits 0; it never fails
+on time (speed is reported, not asserted).
 
     python bench/sim_speed.py [--data DIR] [--seeds 42-51] [--workers 2] [--repeat 3] [--repeat-all 1]
         [--profile] [--baseline OTHER/src] [--skip-all]

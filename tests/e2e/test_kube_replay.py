@@ -7,8 +7,8 @@ API server to a second kube-scheduler configured with the extender (filter + bin
 percentageOfNodesToScore 100, every pod sent to it), policy `kubegpu`, the subset's pods as its
 workload. Each pod's node and GPUs (indices, and the UUIDs the node publishes) must be the ones the
 simulator picks, the pods the simulator drops must be refused, and kwok must turn the placed pods
-Running. The trace comes from ../shared/data/openb beside the checkout (KUBEGPU_OPENB_DIR overrides);
-without it the test fails saying so.
+Running. The trace is the copy that ships with kubegpu (``kubegpu.sim.openb``; KUBEGPU_OPENB_DIR
+overrides it).
 """
 
 from __future__ import annotations
@@ -33,8 +33,10 @@ SCHEDULER = "kubegpu-replay"
 
 
 def openb_dir() -> Path:
+    from kubegpu.sim.openb import DATA_DIR
+
     env = os.environ.get("KUBEGPU_OPENB_DIR")
-    return Path(env) if env else Path(__file__).resolve().parents[2].parent / "shared" / "data" / "openb"
+    return Path(env) if env else DATA_DIR
 
 
 @pytest.fixture
@@ -44,8 +46,8 @@ def subset(tmp_path: Path) -> tuple[Path, Path]:
     data = openb_dir()
     if not (data / NODES).exists() or not (data / PODS).exists():
         pytest.fail(
-            f"the openb trace is not in {data} (CI keeps it beside the clone as shared/data/openb; "
-            "set KUBEGPU_OPENB_DIR): the kube replay test cannot run",
+            f"the openb trace is not in {data} (KUBEGPU_OPENB_DIR names another folder?): "
+            "the kube replay test cannot run",
             pytrace=False,
         )
     nodes, pods = tmp_path / "nodes.csv", tmp_path / "pods.csv"

@@ -27,7 +27,8 @@ def register(app: typer.Typer) -> None:
 
     @sim_app.callback(
         invoke_without_command=True,
-        epilog="Examples: kubegpu sim --nodes nodes.csv --pods pods.csv · "
+        epilog="Examples: kubegpu sim (the openb trace that ships with kubegpu) · "
+        "kubegpu sim --nodes nodes.csv --pods pods.csv · "
         "kubegpu sim --nodes nodes.csv --pods pods.csv --policy fgd --policy kubegpu --seeds 42 --json · "
         "kubegpu sim variant --pods pods.csv --nodes nodes.csv --shared 0.4 -o variant.csv",
     )
@@ -35,13 +36,18 @@ def register(app: typer.Typer) -> None:
         ctx: typer.Context,
         nodes: Annotated[
             Path | None,
-            typer.Option("--nodes", help="Node list CSV (sn, cpu_milli, memory_mib, gpu, model)."),
+            typer.Option(
+                "--nodes",
+                help="Node list CSV (sn, cpu_milli, memory_mib, gpu, model). "
+                "Default: the openb trace that ships with kubegpu.",
+            ),
         ] = None,
         pods: Annotated[
             Path | None,
             typer.Option(
                 "--pods",
-                help="Pod list CSV (name, cpu_milli, memory_mib, num_gpu, gpu_milli[, gpu_spec, ...]).",
+                help="Pod list CSV (name, cpu_milli, memory_mib, num_gpu, gpu_milli[, gpu_spec, ...]). "
+                "Default: the openb trace that ships with kubegpu.",
             ),
         ] = None,
         policy: Annotated[
@@ -114,13 +120,19 @@ def register(app: typer.Typer) -> None:
 
     @sim_app.command(
         "variant",
-        epilog="Examples: kubegpu sim variant --pods pods.csv --nodes nodes.csv --shared 0.4 -o shared.csv · "
+        epilog="Examples: kubegpu sim variant --preset gpushare40 -o gpushare40.csv · "
+        "kubegpu sim variant --pods pods.csv --nodes nodes.csv --shared 0.4 -o shared.csv · "
         "kubegpu sim variant --pods pods.csv --nodes nodes.csv --cpu-only 0.2 --count 5000 --seed 1 -o v.csv",
     )
     def variant(  # noqa: PLR0917 - typer maps each parameter to a flag
-        pods: Annotated[Path, typer.Option("--pods", help="Pod list to draw from.")],
-        nodes: Annotated[Path, typer.Option("--nodes", help="Node list (for GPU models and sizes).")],
         output: Annotated[Path, typer.Option("--output", "-o", help="Where to write the variant pod list.")],
+        pods: Annotated[
+            Path | None, typer.Option("--pods", help="Pod list to draw from. Default: the shipped trace.")
+        ] = None,
+        nodes: Annotated[
+            Path | None,
+            typer.Option("--nodes", help="Node list (for GPU models and sizes). Default: the shipped trace."),
+        ] = None,
         cpu_only: Annotated[
             float | None, typer.Option("--cpu-only", help="Fraction of pods without GPUs.")
         ] = None,
@@ -147,8 +159,12 @@ def register(app: typer.Typer) -> None:
         ] = None,
     ) -> None:
         """Write a variant of a pod list with more CPU-only, shared, multi-GPU or model-pinned pods."""
+        from kubegpu.sim.openb import resolve
         from kubegpu.sim.trace import load_nodes, load_pods, write_pods
         from kubegpu.sim.variants import VariantKnobs, gpushare_variant, make_variant, pod_mix
+
+        trace = resolve(nodes, pods)
+        nodes, pods = trace.nodes, trace.pods
 
         if preset is not None:
             if any(v is not None for v in (cpu_only, shared, multi_gpu, gpu_spec, count)):
@@ -186,20 +202,26 @@ def register(app: typer.Typer) -> None:
 
     @sim_app.command(
         "bound",
-        epilog="Examples: kubegpu sim bound --nodes nodes.csv --pods pods.csv · "
+        epilog="Examples: kubegpu sim bound (the shipped openb trace) · "
+        "kubegpu sim bound --nodes nodes.csv --pods pods.csv · "
         "kubegpu sim bound --nodes nodes.csv --pods pods.csv --seeds 42-51 --json",
     )
     def bound(  # noqa: PLR0917 - typer maps each parameter to a flag
         nodes: Annotated[
-            Path, typer.Option("--nodes", help="Node list CSV (sn, cpu_milli, memory_mib, gpu, model).")
-        ],
+            Path | None,
+            typer.Option(
+                "--nodes",
+                help="Node list CSV (sn, cpu_milli, memory_mib, gpu, model). Default: the shipped trace.",
+            ),
+        ] = None,
         pods: Annotated[
-            Path,
+            Path | None,
             typer.Option(
                 "--pods",
-                help="Pod list CSV (name, cpu_milli, memory_mib, num_gpu, gpu_milli[, gpu_spec, ...]).",
+                help="Pod list CSV (name, cpu_milli, memory_mib, num_gpu, gpu_milli[, gpu_spec, ...]). "
+                "Default: the shipped trace.",
             ),
-        ],
+        ] = None,
         seeds: Annotated[str, typer.Option("--seeds", help="Seeds: 42, 42-51 or 42,44.")] = "42-51",
         inflate: Annotated[
             float,
@@ -220,13 +242,15 @@ def register(app: typer.Typer) -> None:
         ] = False,
     ) -> None:
         """An upper bound on the GPU % any policy can allocate for each seed's arrivals (an LP relaxation)."""
+        from kubegpu.sim.openb import resolve
         from kubegpu.sim.run import parse_seeds
         from kubegpu.sim.trace import load_trace
         from kubegpu.sim.workload import prepare
 
         seed_list = parse_seeds(seeds)
         check_inflate(inflate)
-        workload = prepare(load_trace(nodes, pods))
+        trace = resolve(nodes, pods)
+        workload = prepare(load_trace(trace.nodes, trace.pods))
         from kubegpu.sim.bound import bound_json
 
         if online:
@@ -251,16 +275,22 @@ def register(app: typer.Typer) -> None:
         "--scheduler-name kubegpu --extender --compare kubegpu",
     )
     def kube(  # noqa: PLR0917 - typer maps each parameter to a flag
-        nodes: Annotated[Path, typer.Option("--nodes", help="Node list CSV; one kwok node each.")],
-        pods: Annotated[
-            Path, typer.Option("--pods", help="Pod list CSV; arrivals as kubegpu sim draws them.")
-        ],
         scheduler_name: Annotated[
             str,
             typer.Option(
                 "--scheduler-name", help="spec.schedulerName of the pods (the scheduler to measure)."
             ),
         ],
+        nodes: Annotated[
+            Path | None,
+            typer.Option("--nodes", help="Node list CSV; one kwok node each. Default: the shipped trace."),
+        ] = None,
+        pods: Annotated[
+            Path | None,
+            typer.Option(
+                "--pods", help="Pod list CSV; arrivals as kubegpu sim draws them. Default: the shipped trace."
+            ),
+        ] = None,
         kubeconfig: Annotated[
             Path | None,
             typer.Option("--kubeconfig", help="Kubeconfig (default: $KUBECONFIG or ~/.kube/config)."),

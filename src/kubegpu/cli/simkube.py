@@ -70,8 +70,8 @@ def run_json(run: Any) -> dict[str, Any]:
 
 def run_kube(
     *,
-    nodes: Path,
-    pods: Path,
+    nodes: Path | None,
+    pods: Path | None,
     kubeconfig: Path | None,
     scheduler_name: str,
     seed: int,
@@ -94,7 +94,10 @@ def run_kube(
         raise InputError(f"--limit must be at least 1, got {limit}")
     if inflate < 0:
         raise InputError(f"--inflate must be 0 or positive, got {inflate}")
-    trace = load_trace(nodes, pods)
+    from kubegpu.sim.openb import resolve
+
+    files = resolve(nodes, pods)
+    trace = load_trace(files.nodes, files.pods)
     workload = prepare(trace)
     api = KubeApi(kubeconfig=str(kubeconfig) if kubeconfig else None)
 

@@ -37,8 +37,7 @@ def run_sim(
     with_bound: bool,
 ) -> None:
     """Replay a trace under placement policies and print (or write) the results."""
-    if nodes is None or pods is None:
-        raise InputError("kubegpu sim needs --nodes NODES.csv and --pods PODS.csv")
+    from kubegpu.sim.openb import resolve
     from kubegpu.sim.replay import Order, TieMode
     from kubegpu.sim.run import SimRequest, parse_seeds, report_json, summarise_all
     from kubegpu.sim.trace import load_trace
@@ -67,7 +66,8 @@ def run_sim(
             f"--inflate must be 0 (no inflation) or a multiple of capacity up to {MAX_INFLATE:g},"
             f" got {inflate}"
         )
-    workload = prepare(load_trace(nodes, pods))
+    trace = resolve(nodes, pods)
+    workload = prepare(load_trace(trace.nodes, trace.pods))
     runs = _run_with_progress(workload, request, quiet=as_json)
     summaries = summarise_all(runs, workload, inflate)
     document = report_json(summaries, request=request, workload=workload)
@@ -85,7 +85,7 @@ def run_sim(
         plot_curves(
             summaries,
             plot,
-            title=f"{Path(pods).name} on {Path(nodes).name}, ties: {tie_mode.value}",
+            title=f"{trace.pods.name} on {trace.nodes.name}, ties: {tie_mode.value}",
             bound_pct=bound_pct,
         )
     if out is not None:

@@ -3,7 +3,7 @@
 Device health (``xid.py``, ``policy.py``) keeps NVIDIA's plugin semantics: a fatal XID turns the GPU's
 devices Unhealthy. Quarantine is the node-level action on top (condition, taint, eviction): it follows
 the catalog's *immediate action* for the XID (NVIDIA's "Xid catalog", Ampere and newer; the table is
-``../shared/reference/gfd-and-dcgm.md`` section 5). An XID whose immediate action asks for the GPU or
+in ``docs/node.md``). An XID whose immediate action asks for the GPU or
 the machine to be reset or replaced (``RESET_GPU``, ``RESTART_BM``, the ECC and NVLink workflows,
 ``CONTACT_SUPPORT``) quarantines; one that only asks for the application to restart or for nothing
 (``RESTART_APP``, ``IGNORE``, the 45/154 follow-up XIDs) does not (``quarantine.QuarantinePolicy``

@@ -1,7 +1,7 @@
 """What kubegpu's DRA driver publishes: devices with attributes, ResourceSlices, and per-claim CDI specs.
 
 Pure: a ``Node`` in, JSON-ready dicts out (``resource.k8s.io/v1`` and CDI 0.6.0), so the publisher and
-the kubelet plugin only move them. Facts: shared/reference/dra-protocol.md sections 4 and 6.
+the kubelet plugin only move them. Facts: the resource.k8s.io/v1 API and the CDI 0.6.0 spec (``docs/dra.md``).
 
 Devices. A GPU without MIG is one device ``gpu-<index>``; a GPU in MIG mode is its MIG instances,
 ``gpu-<index>-mig-<profile>-<start slot>`` (the whole GPU is not allocatable while MIG is on).

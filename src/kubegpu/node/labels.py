@@ -4,7 +4,7 @@
 advertises them (``LabelInputs``: MIG strategy and sharing, resolved from the agent's config), the
 driver and CUDA versions when known, and an injected timestamp; ``kubegpu labels`` and the agent both
 call it, so what the command prints is what the agent writes. Formats follow GFD v0.20.0
-(``../shared/reference/gfd-and-dcgm.md`` section 1): the product name sanitised and joined with ``-``,
+(its README's label list; ``docs/node.md``): the product name sanitised and joined with ``-``,
 ``-SHARED`` when the GPUs are replicated under their own name, memory in MiB, the family from the
 compute capability, ``mig.strategy`` absent for ``none``, one ``mig-<profile>.*`` family per profile
 under ``mixed``. kubegpu adds its NVLink topology under ``kubegpu.io/`` (no peer publishes it), and

@@ -13,7 +13,7 @@ socket directory to /var/lib/kubelet/device-plugins/ (pkg/kubelet/cm/devicemanag
 `up` refuses to start if that directory exists without the rig's marker file, and `down` only removes it
 when the marker is there.
 
-Facts and flags: /work/shared/reference/k8s-rig.md; usage: docs/testing.md.
+Facts and flags: the Kubernetes components' own flag references; usage: docs/testing.md.
 """
 
 from __future__ import annotations

@@ -155,8 +155,9 @@ def test_bad_flags_are_input_errors(tmp_path: Path) -> None:
         res = run_cli("sim", "--nodes", str(nodes), "--pods", str(pods), *extra)
         assert res.returncode == 2, extra
         assert fragment in res.stderr and "Traceback" not in res.stderr
-    res = run_cli("sim", "--pods", str(pods))
-    assert res.returncode == 2 and "--nodes" in res.stderr
+    missing = tmp_path / "missing.csv"
+    res = run_cli("sim", "--pods", str(missing))  # the nodes default to the shipped trace's
+    assert res.returncode == 2 and str(missing) in res.stderr and "Traceback" not in res.stderr
 
 
 def test_variant_writes_a_loadable_pod_list_with_the_asked_mix(tmp_path: Path) -> None:
@@ -242,3 +243,10 @@ def test_kubegpu_plan_is_opt_in_and_places_every_pod_kubegpu_places_on_a_cluster
     # the trace fits the cluster as it is: both place every pod, the plan only moves shares around
     assert doc["kubegpu-plan"]["allocated_pct_at_130"] == doc["kubegpu"]["allocated_pct_at_130"]
     assert doc["kubegpu-plan"]["failed_pods_by_shape"] == {} == doc["kubegpu"]["failed_pods_by_shape"]
+
+
+def test_without_nodes_and_pods_it_replays_the_shipped_openb_trace() -> None:
+    result = run_cli("sim", "--policy", "fgd", "--seeds", "42", "--inflate", "0.3", "--json")
+    assert result.returncode == 0, result.stderr
+    doc = json.loads(result.stdout)
+    assert (doc["nodes"], doc["pods"], doc["total_gpus"]) == (1213, 8152, 6212)

@@ -1,4 +1,4 @@
-"""The node's labels carry GFD's keys and value formats (../shared/reference/gfd-and-dcgm.md, section 1)."""
+"""The node's labels carry GFD's keys and value formats (GFD's label list, docs/node.md)."""
 
 from __future__ import annotations
 
