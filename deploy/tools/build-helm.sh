@@ -21,7 +21,7 @@ fi
 HELM_VERSION="${KUBEGPU_HELM_VERSION:-v3.22.0}"
 CACHE="${KUBEGPU_RIG_CACHE:-$HOME/.cache/kubegpu-rig}"
 GO="${GO:-$(command -v go || echo /usr/local/go/bin/go)}"
-export GOFLAGS="${GOFLAGS:-} ${KUBEGPU_RIG_GOFLAGS--p=1} -buildvcs=false"
+export GOFLAGS="${GOFLAGS:-} ${KUBEGPU_RIG_GOFLAGS-} -gcflags=all=-dwarf=false -buildvcs=false"
 export CGO_ENABLED=0
 export GOTOOLCHAIN="${GOTOOLCHAIN:-local}"
 NICE="${KUBEGPU_RIG_NICE:-15}"

@@ -330,6 +330,31 @@ def in_ns(obj: dict[str, Any], ns: str) -> dict[str, Any]:
     return obj
 
 
+@pytest.fixture(scope="session")
+def image_archive(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """`make image` once per session: the docker-archive every test that deploys the image imports.
+
+    The build is deterministic (``make image-reproducible`` checks it), so one archive serves every
+    test; building it again per test module only cost time (a minute or more each)."""
+    out = tmp_path_factory.mktemp("image") / "kubegpu.tar"
+    t0 = time.monotonic()
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(Path(__file__).resolve().parents[2] / "deploy/image/build.py"),
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=900,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    say(request.config, f"[e2e] image built once for the session in {time.monotonic() - t0:.0f} s: {out}")
+    return out
+
+
 @pytest.fixture
 def cluster(rig: Rig) -> Iterator[Cluster]:
     c = Cluster(rig=rig)

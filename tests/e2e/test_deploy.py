@@ -15,7 +15,6 @@ import os
 import re
 import stat
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -63,18 +62,9 @@ IMAGE = f"kubegpu.local/kubegpu:{_version()}"
 
 
 @pytest.fixture(scope="module")
-def kubegpu_image(rig: Rig, tmp_path_factory: pytest.TempPathFactory) -> str:
-    """`make image`, imported into containerd's k8s.io namespace."""
-    out = tmp_path_factory.mktemp("image") / "kubegpu.tar"
-    proc = subprocess.run(
-        [sys.executable, str(REPO / "deploy/image/build.py"), "--out", str(out)],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=900,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    rig.import_image(out, IMAGE)
+def kubegpu_image(rig: Rig, image_archive: Path) -> str:
+    """`make image` (the session's one build), imported into containerd's k8s.io namespace."""
+    rig.import_image(image_archive, IMAGE)
     return IMAGE
 
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import socket
 import subprocess
-import sys
 import time
 import urllib.request
 import uuid
@@ -95,18 +94,9 @@ def plain_http(rig: Rig, registry: str) -> Iterator[None]:
 
 
 @pytest.fixture
-def kubegpu_image(rig: Rig, tmp_path: Path) -> str:
-    """`make image` (it holds the busybox the DaemonSet copies), imported into containerd."""
-    out = tmp_path / "kubegpu.tar"
-    proc = subprocess.run(
-        [sys.executable, str(REPO / "deploy/image/build.py"), "--out", str(out)],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=900,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    rig.import_image(out, KUBEGPU_IMAGE)
+def kubegpu_image(rig: Rig, image_archive: Path) -> str:
+    """`make image` (the session's one build; it holds the busybox the DaemonSet copies), imported."""
+    rig.import_image(image_archive, KUBEGPU_IMAGE)
     return KUBEGPU_IMAGE
 
 
