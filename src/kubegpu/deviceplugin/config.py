@@ -475,9 +475,16 @@ def _parse_shared_resource(
     return SharedResource(name=name, replicas=replicas)
 
 
-def _parse_sharing_kind(prefix: str, kind: SharingKind, raw: object, warnings: list[str]) -> Sharing:
+def _parse_sharing_kind(
+    prefix: str, kind: SharingKind, raw: object, warnings: list[str]
+) -> Sharing | None:
+    """One ``sharing.<kind>`` section; ``None`` for a time-slicing section that shares nothing.
+
+    NVIDIA's plugin prints the config it resolved at start, and with nothing shared that dump has
+    ``sharing.timeSlicing: {}`` (time-slicing is a plain struct there, MPS a pointer that is left
+    out); the plugin runs that same file unshared. So an empty ``timeSlicing`` (``{}``, null, or
+    ``resources`` null or ``[]``) means no sharing here too. An MPS section must list a resource."""
     where = f"{prefix}sharing.{kind.value}"
-    # An empty ``timeSlicing:`` (null) reaches NVIDIA's reader like ``{}``: no resources, refused.
     section = _mapping(where, raw)
     _check_keys(where, section, _SHARING_KEYS, strict=True)
     rename_raw = section.get("renameByDefault")
@@ -485,13 +492,17 @@ def _parse_sharing_kind(prefix: str, kind: SharingKind, raw: object, warnings: l
     fail_raw = section.get("failRequestsGreaterThanOne")
     fail_default = kind is SharingKind.MPS
     fail = fail_default if fail_raw is None else _bool(f"{where}.failRequestsGreaterThanOne", fail_raw)
+    resources_raw = section.get("resources")
+    if resources_raw is not None and not isinstance(resources_raw, list):
+        raise ConfigError(f"{where}.resources: must be a list of {{name, replicas}} entries")
+    if not resources_raw and kind is SharingKind.TIME_SLICING:
+        if "resources" in section:
+            warnings.append(f"{where}.resources is empty: no GPU is time-sliced")
+        return None
     if "resources" not in section:
         raise ConfigError(
             f"{where}.resources: missing; list at least one {{name, replicas}} entry, or remove {where}"
         )
-    resources_raw = section["resources"]
-    if resources_raw is not None and not isinstance(resources_raw, list):
-        raise ConfigError(f"{where}.resources: must be a list of {{name, replicas}} entries")
     if not resources_raw:
         raise ConfigError(
             f"{where}.resources: at least one {{name, replicas}} entry is needed, or remove {where}"
@@ -532,10 +543,10 @@ def _parse_sharing(
 ) -> Sharing | None:
     sharing = _mapping(f"{prefix}sharing", data.get("sharing"))
     _check_keys(f"{prefix}sharing", sharing, {s.value for s in SharingKind}, strict=True)
-    parsed = {
+    parsed: dict[SharingKind, Sharing | None] = {
         kind: _parse_sharing_kind(prefix, kind, sharing[kind.value], warnings)
         for kind in SharingKind
-        # NVIDIA: an empty ``mps:`` is no MPS section; an empty ``timeSlicing:`` is an empty one.
+        # NVIDIA: an empty ``mps:`` is no MPS section; an empty ``timeSlicing:`` shares nothing.
         if kind.value in sharing and (kind is SharingKind.TIME_SLICING or sharing[kind.value] is not None)
     }
     # NVIDIA: a given MPS section (it always has a resource with replicas >= 2) wins over time-slicing.

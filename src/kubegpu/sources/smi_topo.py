@@ -5,9 +5,9 @@ The matrix is located by its header row wherever it is in the text: a line whose
 ``CPU Affinity`` / ``NUMA Affinity`` / ``GPU NUMA ID`` columns. Around that the parser tolerates what
 real captures carry: leading text and log prefixes on every line (``# ``, ``file:``, indentation),
 ANSI SGR sequences with or without the ESC byte (nvidia-smi underlines the header even into files),
-tabs or spaces, header cells run together (``NIC8NIC9``), blank lines between rows, the legends after
-the matrix, and ``nvidia-smi -L`` style lines (``GPU 0: NAME (UUID: GPU-...)``) beside it, which name
-the GPU model and UUIDs. NIC rows and columns are kept but play no part in GPU costs. A malformed
+tabs or spaces, header cells run together (``NIC8NIC9``) and row cells too (``NODENODE``), blank
+lines between rows, the legends after the matrix, and ``nvidia-smi -L`` style lines
+(``GPU 0: NAME (UUID: GPU-...)``) beside it, which name the GPU model and UUIDs. NIC rows and columns are kept but play no part in GPU costs. A malformed
 matrix raises ``TopologyParseError`` naming the line.
 """
 
@@ -29,9 +29,12 @@ _DEVICE = r"(?:GPU\d+|NIC\d+|mlx\d+_(?:bond_)?\d+)"
 _DEVICE_RE = re.compile(_DEVICE)
 _DEVICES_ONLY_RE = re.compile(rf"(?:{_DEVICE})+")
 _GPU0_RE = re.compile(r"(?<![A-Za-z0-9_])GPU0(?!\d)")
-_ROW_RE = re.compile(
-    rf"(?<![A-Za-z0-9_])({_DEVICE})\s+(X|NV\d+|PIX|PXB|PHB|NODE|SYS|SOC)(?!\w)", re.IGNORECASE
-)
+_LINK = r"(?:X|NV\d+|PIX|PXB|PHB|NODE|SYS|SOC)"
+# A row: its device label, then a link cell, which may run into the next one (``NODENODE``) when a
+# paste lost the tab between two cells.
+_ROW_RE = re.compile(rf"(?<![A-Za-z0-9_])({_DEVICE})\s+({_LINK})(?={_LINK}|(?!\w))", re.IGNORECASE)
+_RUN_TOGETHER_RE = re.compile(rf"{_LINK}{{2,}}", re.IGNORECASE)
+_ONE_LINK_RE = re.compile(_LINK, re.IGNORECASE)
 _EXTRA_COLUMNS = ("CPU Affinity", "NUMA Affinity", "GPU NUMA ID")
 _EXTRA_RE = re.compile("|".join(re.escape(c) for c in _EXTRA_COLUMNS))
 _LISTING_RE = re.compile(r"(?<![A-Za-z0-9_])GPU (\d+): (.+?) \(UUID: (GPU-[0-9a-fA-F-]+)\)")
@@ -131,16 +134,40 @@ def _numa(value: str | None) -> int | None:
     return int(value)
 
 
-def _extras(rest: str, label: str, k: int, names: tuple[str, ...]) -> dict[str, str]:
-    """The affinity values after the ``k`` link cells; tab-separated rows may leave CPU Affinity empty."""
+def _link_cells(tokens: list[str], k: int) -> tuple[list[str], int]:
+    """The first ``k`` link cells of a row's whitespace tokens (after its label), and how many tokens
+    they took: a token of link types run together (``NODENODE``, ``NV18NV18``) is split into its
+    cells, as run-together header cells are."""
+    cells: list[str] = []
+    used = 0
+    for token in tokens:
+        if len(cells) >= k:
+            break
+        used += 1
+        if _RUN_TOGETHER_RE.fullmatch(token):
+            cells.extend(_ONE_LINK_RE.findall(token))
+        else:
+            cells.append(token)
+    return cells[:k], used
+
+
+def _extras(rest: str, label: str, k: int, used: int, names: tuple[str, ...]) -> dict[str, str]:
+    """The affinity values after the ``k`` link cells (``used`` tokens); tab-separated rows may leave
+    CPU Affinity empty."""
     cells = [c.strip() for c in rest.split("\t")]
-    if "\t" in rest and len(cells) > k and cells[0] == label and all(c for c in cells[1 : 1 + k]):
+    if (
+        "\t" in rest
+        and used == k
+        and len(cells) > k
+        and cells[0] == label
+        and all(c for c in cells[1 : 1 + k])
+    ):
         values = cells[1 + k :]
         first = values[:1]
         later = [v for v in values[1:] if v]
         values = first + later
     else:
-        values = rest.split()[1 + k :]
+        values = rest.split()[1 + used :]
     return dict(zip(names, values, strict=False))
 
 
@@ -175,7 +202,7 @@ def parse_topo_matrix(text: str, origin: str = "<capture>") -> SmiTopology:
         if label in rows:
             raise TopologyParseError(f"{origin}:{offset}: row {label} appears twice")
         rest = line[match.start(1) :]
-        cells = rest.split()[1 : 1 + k]
+        cells, used = _link_cells(rest.split()[1:], k)
         if len(cells) < k:
             raise TopologyParseError(
                 f"{origin}:{offset}: row {label} has {len(cells)} link entries, expected {k}"
@@ -186,7 +213,7 @@ def parse_topo_matrix(text: str, origin: str = "<capture>") -> SmiTopology:
                 links.append(Link.parse(cell))
             except InputError as exc:
                 raise TopologyParseError(f"{origin}:{offset}: {label}/{devices[col]}: {exc}") from exc
-        rows[label] = (links, _extras(rest, label, k, extras))
+        rows[label] = (links, _extras(rest, label, k, used, extras))
         row_line[label] = offset
     missing = [d for d in devices if d.startswith("GPU") and d not in rows]
     if missing:

@@ -134,10 +134,14 @@ CASES: list[tuple[str, str, Outcome]] = [
     ("ReplicatedResource: invalid rename", ts('{"name": "valid", "replicas": 2, "rename": "$invalid$"}'),
      Refused(f"{RES}.rename", ("nvidia.com/$invalid$",))),
     # --- replicas_test.go TestUnmarshalReplicatedResources: the section --------------------------------
-    ("ReplicatedResources: {}", "version: v1\nsharing:\n  timeSlicing: {}\n",
-     Refused("sharing.timeSlicing.resources", ("missing",))),
+    # NVIDIA's plugin prints its resolved config at start; with nothing shared the dump has
+    # `sharing.timeSlicing: {}`, and the plugin runs that very file unshared: no sharing, no error.
+    ("ReplicatedResources: {} (the plugin's resolved-config dump)", "version: v1\nsharing:\n  timeSlicing: {}\n",
+     Accepted(WHOLE)),
+    ("resolved-config dump as JSON", '{"version": "v1", "flags": {"migStrategy": "none"}, '
+     '"sharing": {"timeSlicing": {}}}\n', Accepted(WHOLE)),
     ("ReplicatedResources: resources []", "version: v1\nsharing:\n  timeSlicing:\n    resources: []\n",
-     Refused("sharing.timeSlicing.resources", ("at least one",))),
+     Accepted(WHOLE, warns=("sharing.timeSlicing.resources is empty",))),
     ("ReplicatedResources: one resource", ts('{"name": "valid", "replicas": 2}'),
      Accepted(WHOLE, {"nvidia.com/valid": 2})),
     ("ReplicatedResources: two resources",
@@ -145,10 +149,9 @@ CASES: list[tuple[str, str, Outcome]] = [
      "    - {name: valid1, replicas: 2}\n    - {name: valid2, replicas: 2}\n",
      Accepted(WHOLE, {"nvidia.com/valid1": 2, "nvidia.com/valid2": 2})),
     ("ReplicatedResources: invalid name", ts('{"name": "$invalid$", "replicas": 2}'), Refused(f"{RES}.name")),
-    # NVIDIA's decoder hands an empty `timeSlicing:` (null) to the same reader, which finds no resources;
-    # an empty `mps:` is a nil pointer there, that is: absent.
-    ("ReplicatedResources: timeSlicing null", "version: v1\nsharing:\n  timeSlicing:\n",
-     Refused("sharing.timeSlicing.resources", ("missing",))),
+    # An empty `timeSlicing:` (null) is the same empty section; an empty `mps:` is a nil pointer
+    # there, that is: absent.
+    ("ReplicatedResources: timeSlicing null", "version: v1\nsharing:\n  timeSlicing:\n", Accepted(WHOLE)),
     ("ReplicatedResources: mps null", "version: v1\nsharing:\n  mps:\n", Accepted(WHOLE)),
     ("ReplicatedResources: mps resources []", MPS + "    resources: []\n",
      Refused("sharing.mps.resources", ("at least one",))),

@@ -95,6 +95,14 @@ CASES = [
         pick=(4, (2, 3, 4, 5, 6, 7), (4, 5, 6, 7)),
     ),
     Case(
+        "derived-b300-run-together-cells.txt",
+        8,
+        ((0, 7, "NV18"),),
+        nics=9,
+        numa=N4,
+        pick=(4, (2, 3, 4, 5, 6, 7), (4, 5, 6, 7)),
+    ),
+    Case(
         "h100-vllm-env-report-indented.txt",
         8,
         ((1, 6, "NV18"),),
