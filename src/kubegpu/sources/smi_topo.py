@@ -7,8 +7,9 @@ real captures carry: leading text and log prefixes on every line (``# ``, ``file
 ANSI SGR sequences with or without the ESC byte (nvidia-smi underlines the header even into files),
 tabs or spaces, header cells run together (``NIC8NIC9``) and row cells too (``NODENODE``), blank
 lines between rows, the legends after the matrix, and ``nvidia-smi -L`` style lines
-(``GPU 0: NAME (UUID: GPU-...)``) beside it, which name the GPU model and UUIDs. NIC rows and columns are kept but play no part in GPU costs. A malformed
-matrix raises ``TopologyParseError`` naming the line.
+(``GPU 0: NAME (UUID: GPU-...)``) beside it, which name the GPU model and UUIDs. NIC rows and
+columns are kept but play no part in GPU costs. A malformed matrix raises ``TopologyParseError``
+naming the line.
 """
 
 from __future__ import annotations

@@ -136,7 +136,8 @@ CASES: list[tuple[str, str, Outcome]] = [
     # --- replicas_test.go TestUnmarshalReplicatedResources: the section --------------------------------
     # NVIDIA's plugin prints its resolved config at start; with nothing shared the dump has
     # `sharing.timeSlicing: {}`, and the plugin runs that very file unshared: no sharing, no error.
-    ("ReplicatedResources: {} (the plugin's resolved-config dump)", "version: v1\nsharing:\n  timeSlicing: {}\n",
+    ("ReplicatedResources: {} (the plugin's resolved-config dump)",
+     "version: v1\nsharing:\n  timeSlicing: {}\n",
      Accepted(WHOLE)),
     ("resolved-config dump as JSON", '{"version": "v1", "flags": {"migStrategy": "none"}, '
      '"sharing": {"timeSlicing": {}}}\n', Accepted(WHOLE)),
