@@ -475,9 +475,7 @@ def _parse_shared_resource(
     return SharedResource(name=name, replicas=replicas)
 
 
-def _parse_sharing_kind(
-    prefix: str, kind: SharingKind, raw: object, warnings: list[str]
-) -> Sharing | None:
+def _parse_sharing_kind(prefix: str, kind: SharingKind, raw: object, warnings: list[str]) -> Sharing | None:
     """One ``sharing.<kind>`` section; ``None`` for a time-slicing section that shares nothing.
 
     NVIDIA's plugin prints the config it resolved at start, and with nothing shared that dump has
