@@ -27,8 +27,12 @@ test:
 	$(MAKE) --no-print-directory -j3 test-prepare
 	$(MAKE) --no-print-directory e2e image-reproducible
 
-.PHONY: test-prepare rig-build-background
-test-prepare: rig-build-background helm check
+.PHONY: test-prepare rig-build-background check-after-helm
+test-prepare: rig-build-background check-after-helm
+
+## `check` needs helm for the chart checks, so it starts once helm is built.
+check-after-helm: helm
+	$(MAKE) --no-print-directory check
 
 rig-build-background:
 	@mkdir -p build
