@@ -44,10 +44,19 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Print the devices and attributes the driver would publish for a node source."""
         from kubegpu.model.dra import dra_devices
-        from kubegpu.sources.spec import load_node
+        from kubegpu.sources.spec import NVML_SOURCE, host_node_name, load_node
 
-        node = load_node(source)
-        found = dra_devices(node)
+        if source == NVML_SOURCE:  # what `kubegpu dra serve --nvml` publishes on this host
+            from kubegpu.dra.service import pcie_root
+            from kubegpu.sources.nvml import read_host
+
+            reading = read_host(host_node_name())
+            node = reading.node
+            roots = {g.index: r for g in node.gpus if (r := pcie_root(g.pci_bus_id)) is not None}
+            found = dra_devices(node, driver_version=reading.driver or None, pcie_roots=roots)
+        else:
+            node = load_node(source)
+            found = dra_devices(node)
         if json_out:
             print_json([d.to_api() for d in found])
             return

@@ -15,8 +15,8 @@ from kubegpu.cli.topo import SOURCE_HELP
 def register(app: typer.Typer) -> None:
     @app.command(
         "labels",
-        epilog="Examples: kubegpu labels builtin:seed-8gpu · kubegpu labels builtin:h100-mig-mixed "
-        "--config mixed.yaml --json",
+        epilog="Examples: kubegpu labels builtin:seed-8gpu · kubegpu labels nvml (this host) · "
+        "kubegpu labels builtin:h100-mig-mixed --config mixed.yaml --json",
     )
     def labels(
         source: Annotated[str, typer.Argument(help=SOURCE_HELP)],
@@ -32,17 +32,28 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Print the GFD-compatible GPU labels (plus kubegpu.io/ topology labels) for a node source.
 
-        Driver/CUDA labels and gfd.timestamp need a running agent (NVML, its start time) and are left out.
+        With SOURCE nvml the driver and CUDA labels come from NVML too, as the agent writes them;
+        gfd.timestamp (the agent's start time) is left out.
         """
         from kubegpu.agent import labels_for
         from kubegpu.deviceplugin.config import load_config
         from kubegpu.deviceplugin.inventory import build_inventory
-        from kubegpu.sources.spec import load_node
+        from kubegpu.node.labels import DriverVersions
+        from kubegpu.sources.spec import NVML_SOURCE, host_node_name, load_node
 
-        node = load_node(source)
+        versions = None
+        if source == NVML_SOURCE:
+            from kubegpu.sources.nvml import read_host
+
+            reading = read_host(host_node_name())
+            node = reading.node
+            if reading.driver:
+                versions = DriverVersions(driver=reading.driver, cuda=reading.cuda)
+        else:
+            node = load_node(source)
         config = load_config(config_file)
         build_inventory(node, config)  # the agent refuses a config that does not fit the node: so do we
-        result = labels_for(node, config)
+        result = labels_for(node, config, versions=versions)
         if json_out:
             print_json(result)
             return

@@ -17,7 +17,7 @@ import typer
 if TYPE_CHECKING:
     from rich.console import Console
 
-from kubegpu.errors import InputError, MigLayoutError
+from kubegpu.errors import InputError, KubegpuError, MigLayoutError
 from kubegpu.model import mig
 
 mig_app = typer.Typer(
@@ -219,3 +219,79 @@ def validate_cmd(
 def register(app: typer.Typer) -> None:
     """Add ``kubegpu mig profiles|validate``."""
     app.add_typer(mig_app, name="mig")
+
+
+@mig_app.command(
+    "current",
+    epilog="Examples:\n\n  kubegpu mig current nvml   (this host, read-only)\n\n"
+    "  kubegpu mig current builtin:h100-mig-mixed --json",
+)
+def current_cmd(
+    source: Annotated[
+        str,
+        typer.Argument(
+            metavar="SOURCE",
+            help="nvml (this host's GPUs, read-only: nothing is created or destroyed), builtin:NAME, "
+            "or a node spec file.",
+        ),
+    ],
+    as_json: JsonOpt = False,
+) -> None:
+    """Show each GPU's MIG mode and its MIG instances (profile, start slot, GPU instance, UUID)."""
+    from kubegpu.sources.spec import load_node
+
+    node = load_node(source)
+    if as_json:
+        typer.echo(
+            json.dumps(
+                {
+                    "node": node.name,
+                    "gpus": [
+                        {
+                            "index": g.index,
+                            "uuid": str(g.uuid),
+                            "model": g.model,
+                            "mig_enabled": g.mig_enabled,
+                            "instances": [
+                                {
+                                    "profile": m.profile,
+                                    "start_slot": m.start_slot,
+                                    "gpu_instance": m.gi_index,
+                                    "uuid": str(m.uuid),
+                                }
+                                for m in sorted(g.mig_instances, key=lambda m: m.start_slot)
+                            ],
+                        }
+                        for g in node.gpus
+                    ],
+                },
+                indent=2,
+            )
+        )
+        return
+    from rich.table import Table
+
+    table = Table(
+        title=f"{node.name}: MIG on {sum(g.mig_enabled for g in node.gpus)} of {len(node.gpus)} GPU(s)"
+    )
+    for column in ("gpu", "model", "mig", "profile", "slots", "gpu instance", "uuid"):
+        table.add_column(column)
+    for g in node.gpus:
+        if not g.mig_instances:
+            table.add_row(str(g.index), g.model, "on" if g.mig_enabled else "off", "-", "-", "-", str(g.uuid))
+            continue
+        for m in sorted(g.mig_instances, key=lambda m: m.start_slot):
+            try:
+                size = mig.profile(g.model, m.profile).memory_slices
+            except KubegpuError:  # a model without MIG profiles in the catalogue
+                size = 1
+            table.add_row(
+                str(g.index),
+                g.model,
+                "on",
+                m.profile,
+                _slots(m.start_slot, size),
+                str(m.gi_index),
+                str(m.uuid),
+            )
+    _console().print(table)

@@ -10,7 +10,10 @@ from rich.table import Table
 from kubegpu.cli.common import console, print_json
 from kubegpu.model.node import Node
 
-SOURCE_HELP = "builtin:NAME (e.g. builtin:seed-8gpu), a node spec YAML file, or an nvidia-smi topo -m capture"
+SOURCE_HELP = (
+    "builtin:NAME (e.g. builtin:seed-8gpu), a node spec YAML file, an nvidia-smi topo -m capture, "
+    "or nvml (this host's GPUs through the NVIDIA driver)"
+)
 GPU_MODEL_HELP = (
     "GPU model of an nvidia-smi capture (e.g. V100-32GB), to price its links exactly; "
     "default: the model its 'GPU i: NAME' lines name, else the fallback cost table."

@@ -38,12 +38,14 @@ from kubegpu.model.topology import Link, LinkKind, Topology
 __all__ = [
     "DRIVER_NOT_LOADED",
     "NVML_FAILURES",
+    "HostReading",
     "NvmlFailure",
     "NvmlSource",
     "explain",
     "failure",
     "failure_in_text",
     "import_pynvml",
+    "read_host",
 ]
 
 log = logging.getLogger(__name__)
@@ -640,3 +642,23 @@ class NvmlSource:
                 emit(GpuEvent(gpu=i, kind=kind, xid=xid, detail=detail, source="nvml"))
             return
         emit(GpuEvent(gpu=by_uuid.get(uuid, uuid), kind=kind, xid=xid, source="nvml"))
+
+
+@dataclass(frozen=True, kw_only=True)
+class HostReading:
+    """This host's GPUs as NVML reports them once: the node, and the driver and CUDA versions."""
+
+    node: Node
+    driver: str
+    cuda: str | None
+
+
+def read_host(name: str, nvml: ModuleType | Any | None = None, *, sysfs: Path = Path("/sys")) -> HostReading:
+    """Open NVML, read the node and the versions, close it; ``SourceError`` when there is no driver."""
+    source = NvmlSource.open(nvml, sysfs=sysfs)
+    try:
+        node = source.read_node(name)
+        driver, cuda = source.versions()
+    finally:
+        source.close()
+    return HostReading(node=node, driver=driver, cuda=cuda)

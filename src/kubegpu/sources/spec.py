@@ -11,7 +11,9 @@ whole spec is valid.
 
 from __future__ import annotations
 
+import os
 import re
+import socket
 import uuid as uuidlib
 from collections.abc import Sequence
 from importlib import resources
@@ -81,12 +83,27 @@ def _is_node_spec(text: str, origin: str) -> bool:
     return isinstance(doc.data, dict) and bool(_TOP_KEYS & {str(k) for k in doc.data})
 
 
+NVML_SOURCE = "nvml"  # this host's GPUs, read through NVML (``./nvml`` names a file of that name)
+
+
+def host_node_name() -> str:
+    """This host's node name: ``NODE_NAME`` (set from the pod's spec.nodeName), else the hostname."""
+    return os.environ.get("NODE_NAME") or socket.gethostname()
+
+
 def load_node(source: str, *, node_name: str | None = None, gpu_model_name: str | None = None) -> Node:
-    """Load a node from ``builtin:NAME``, a node spec YAML file, or an ``nvidia-smi topo -m`` capture.
+    """Load a node from ``builtin:NAME``, a node spec YAML file, an ``nvidia-smi topo -m`` capture, or
+    ``nvml`` (this host's GPUs through NVML: the driver must be there).
 
     ``gpu_model_name`` names the GPU model of a capture (which names none itself); a node spec names
     its own models, so giving it with one is an error.
     """
+    if source == NVML_SOURCE:
+        if gpu_model_name is not None:
+            raise SpecError("nvml: NVML names the GPU models itself; --gpu-model is for nvidia-smi captures")
+        from kubegpu.sources.nvml import read_host
+
+        return read_host(node_name or host_node_name()).node
     text, origin = _read_source(source)
     from kubegpu.sources.smi_topo import looks_like_capture, node_from_capture
 

@@ -1,0 +1,319 @@
+"""The machine the C-level NVML stand-in (``nvml_standin.c``) plays: a YAML description, compiled.
+
+A machine is described in YAML (``Machine.from_yaml``), or made from one of kubegpu's node specs
+(``Machine.from_node``, e.g. ``builtin:dgx-h100``), so every builtin node can be replayed through the real
+pynvml. The YAML::
+
+    driver: "550.54.15"          # nvmlSystemGetDriverVersion
+    cuda: 12040                  # nvmlSystemGetCudaDriverVersion_v2 (1000 * major + 10 * minor)
+    gpus:
+      - name: NVIDIA H100 80GB HBM3          # nvmlDeviceGetName
+        uuid: GPU-...                        # nvmlDeviceGetUUID
+        bus_id: "00000000:18:00.0"           # nvmlDeviceGetPciInfo_v3 .busId
+        pci_device_id: 0x233010DE            # .pciDeviceId
+        memory_mib: 81559                    # nvmlDeviceGetMemoryInfo .total
+        memory_used_mib: 0
+        sm_count: 132
+        health_events: true                  # false: event registration is "not supported"
+        mig: {capable: true, enabled: true, pending: true, reset_needed: false}
+        mig_profiles:                        # nvmlDeviceGetGpuInstanceProfileInfo(V) per NVML constant
+          - {constant: 0x0, id: 19, compute_slices: 1, memory_slices: 1, max_count: 7,
+             memory_mib: 9856, starts: [0, 1, 2, 3, 4, 5, 6]}
+        mig_instances:                       # GPU instances present at nvmlInit, each with one full CI
+          - {profile_id: 9, start: 4, gi_id: 1, uuid: MIG-..., busy: false}
+        nvlinks:                             # nvmlDeviceGetNvLink{State,RemotePciInfo_v2,RemoteDeviceType}
+          - {link: 0, up: true, remote: "00000000:2A:00.0", to: gpu}    # to: gpu | switch
+        sample: {gpu_util: 37, mem_util: 12, temperature_c: 41, power_mw: 123456, sm_clock_mhz: 1755,
+                 ecc: [2, 1, 10, 5]}          # sbe volatile, dbe volatile, sbe aggregate, dbe aggregate
+    ancestors: [[0, 1, 10], ...]             # nvmlDeviceGetTopologyCommonAncestor levels (default 50)
+    events: [{gpu: 0, type: xid, data: 79}]  # delivered by the first waits (also: KUBEGPU_NVML_EVENTS)
+    faults: [{call: nvmlDeviceGetUUID, code: 15, gpu: 1}]   # gpu -1 or absent: every GPU
+
+The compiled form (``Machine.compile``) is what the C library reads at ``nvmlInit`` from the file named
+by ``KUBEGPU_NVML_MACHINE``: one record a line, fields separated by spaces, the GPU name last::
+
+    driver VERSION | cuda INT
+    gpu UUID BUS PCI_ID_HEX MEMORY_MIB USED_MIB SMS MIG_CAPABLE MIG_CURRENT MIG_PENDING RESET NAME...
+    sample GPU UTIL MEM_UTIL TEMP POWER_MW SM_MHZ SBE_V DBE_V SBE_A DBE_A      (-1: no ECC)
+    nvlink GPU LINK STATE REMOTE_BUS REMOTE_TYPE                            (0 GPU, 2 NVSwitch)
+    ancestor GPU GPU LEVEL
+    giprofile GPU CONSTANT ID COMPUTE_SLICES MEMORY_SLICES MAX_COUNT MEMORY_MIB STARTS(comma list)
+    gi GPU GI_ID PROFILE_ID START BUSY UUID
+    event GPU xid|dbe|sbe DATA
+    fail SYMBOL CODE GPU
+    noevents GPU
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from kubegpu.model.gpu import CATALOGUE
+from kubegpu.model.mig import profiles as mig_profiles
+from kubegpu.model.node import Node
+from kubegpu.model.topology import LinkKind
+
+# NVML's common-ancestor levels (nvmlGpuTopologyLevel_t) for a PCIe path as nvidia-smi topo -m names it.
+ANCESTOR_LEVEL = {LinkKind.PIX: 10, LinkKind.PXB: 20, LinkKind.PHB: 30, LinkKind.NODE: 40, LinkKind.SYS: 50}
+NVLINK_PORTS = 18  # links per GPU that the stand-in serves (NVML_NVLINK_MAX_LINKS of Hopper)
+# PCI device IDs (0xDDDDVVVV) by catalogue model, as the boards report them; 0x20B010DE-like defaults.
+PCI_DEVICE_IDS = {
+    "H100-80GB": 0x233010DE,
+    "H200-141GB": 0x233510DE,
+    "A100-80GB": 0x20B210DE,
+    "A100-40GB": 0x20B010DE,
+    "V100-32GB": 0x1DB510DE,
+    "V100-16GB": 0x1DB110DE,
+}
+SM_COUNTS = {"H100-80GB": 132, "H200-141GB": 132, "A100-80GB": 108, "A100-40GB": 108}
+
+
+def nvml_gi_constant(compute_slices: int, memory_slices: int, media_extensions: bool) -> int:
+    """``NVML_GPU_INSTANCE_PROFILE_*`` for a GPU-instance shape, from nvml.h's names: ``_1_SLICE`` 0x0,
+    ``_2_SLICE`` 0x1, ``_3_SLICE`` 0x2, ``_4_SLICE`` 0x3, ``_7_SLICE`` 0x4, ``_1_SLICE_REV1`` 0x7 (one
+    slice with the media engines), ``_1_SLICE_REV2`` 0x9 (one compute slice with two memory slices)."""
+    if compute_slices == 1 and media_extensions:
+        return 0x7
+    if compute_slices == 1 and memory_slices == 2:
+        return 0x9
+    return {1: 0x0, 2: 0x1, 3: 0x2, 4: 0x3, 7: 0x4}[compute_slices]
+
+
+@dataclass
+class MigProfileSpec:
+    constant: int
+    id: int
+    compute_slices: int
+    memory_slices: int
+    max_count: int
+    memory_mib: int
+    starts: list[int]
+
+
+@dataclass
+class MigInstanceSpec:
+    profile_id: int
+    start: int
+    gi_id: int
+    uuid: str
+    busy: bool = False
+
+
+@dataclass
+class NvLinkSpec:
+    link: int
+    remote: str
+    to: str = "gpu"
+    up: bool = True
+
+
+@dataclass
+class SampleSpec:
+    gpu_util: int = 37
+    mem_util: int = 12
+    temperature_c: int = 41
+    power_mw: int = 123456
+    sm_clock_mhz: int = 1755
+    ecc: list[int] = field(default_factory=lambda: [0, 0, 0, 0])
+
+
+@dataclass
+class GpuSpec:
+    name: str
+    uuid: str
+    bus_id: str
+    memory_mib: int
+    pci_device_id: int = 0x20B010DE
+    memory_used_mib: int = 0
+    sm_count: int = 108
+    health_events: bool = True
+    mig_capable: bool = False
+    mig_enabled: bool = False
+    mig_pending: bool = False
+    reset_needed: bool = False
+    mig_profiles: list[MigProfileSpec] = field(default_factory=list)
+    mig_instances: list[MigInstanceSpec] = field(default_factory=list)
+    nvlinks: list[NvLinkSpec] = field(default_factory=list)
+    sample: SampleSpec = field(default_factory=SampleSpec)
+
+
+@dataclass
+class Machine:
+    gpus: list[GpuSpec]
+    driver: str = "550.54.15"
+    cuda: int = 12040
+    ancestors: list[tuple[int, int, int]] = field(default_factory=list)
+    events: list[tuple[int, str, int]] = field(default_factory=list)
+    faults: list[tuple[str, int, int]] = field(default_factory=list)
+
+    # -- from kubegpu's node model -----------------------------------------------------------------
+
+    @classmethod
+    def from_node(cls, node: Node, *, driver: str = "550.54.15", cuda: int = 12040) -> Machine:
+        """The machine that, read through NVML, is ``node``: names, UUIDs, buses, memory, MIG layout,
+        NVLink lanes (through NVSwitch ports where the node's lanes outnumber a GPU's ports) and PCIe
+        common ancestors."""
+        topo = node.topology
+        n = len(node.gpus)
+        lanes = [[0] * n for _ in range(n)]
+        if topo is not None:
+            for i in range(n):
+                for j in range(n):
+                    link = topo.links[i][j]
+                    if i != j and link.kind is LinkKind.NVLINK:
+                        lanes[i][j] = link.nvlinks
+        switched = any(sum(row) > NVLINK_PORTS for row in lanes)
+        gpus = []
+        for g in node.gpus:
+            model = CATALOGUE.get(g.model)
+            spec = GpuSpec(
+                name=model.product if model is not None else g.model,
+                uuid=str(g.uuid),
+                bus_id=g.pci_bus_id,
+                memory_mib=g.memory_mib,
+                pci_device_id=PCI_DEVICE_IDS.get(g.model, 0x20B010DE),
+                sm_count=SM_COUNTS.get(g.model, 80),
+                mig_capable=bool(model and model.mig_capable),
+                mig_enabled=g.mig_enabled,
+                mig_pending=g.mig_enabled,
+                sample=SampleSpec(
+                    gpu_util=37 + g.index,
+                    mem_util=12 + g.index,
+                    temperature_c=41 + g.index,
+                    power_mw=123456 + 1000 * g.index,
+                    ecc=[2 * g.index, g.index, 10 + 2 * g.index, 5 + g.index],
+                ),
+            )
+            if spec.mig_capable:
+                for p in mig_profiles(g.model):
+                    memory = round((p.memory_gib if p.memory_gib is not None else p.memory_gb) * 1024)
+                    spec.mig_profiles.append(
+                        MigProfileSpec(
+                            constant=nvml_gi_constant(p.compute_slices, p.memory_slices, p.media_extensions),
+                            id=p.gi_profile_id,
+                            compute_slices=p.compute_slices,
+                            memory_slices=p.memory_slices,
+                            max_count=p.max_count,
+                            memory_mib=memory,
+                            starts=list(p.start_slots),
+                        )
+                    )
+                by_name = {p.name: p for p in mig_profiles(g.model)}
+                for m in g.mig_instances:
+                    spec.mig_instances.append(
+                        MigInstanceSpec(
+                            profile_id=by_name[m.profile].gi_profile_id,
+                            start=m.start_slot,
+                            gi_id=m.gi_index,
+                            uuid=str(m.uuid),
+                        )
+                    )
+            port = 0
+            if switched:
+                width = max(lanes[g.index], default=0)
+                spec.nvlinks = [
+                    NvLinkSpec(link=k, remote=_switch_bus(k), to="switch")
+                    for k in range(min(width, NVLINK_PORTS))
+                ]
+            else:
+                for j, count in enumerate(lanes[g.index]):
+                    for _ in range(count):
+                        spec.nvlinks.append(NvLinkSpec(link=port, remote=node.gpus[j].pci_bus_id))
+                        port += 1
+            gpus.append(spec)
+        ancestors = []
+        if topo is not None:
+            for i in range(n):
+                for j in range(i + 1, n):
+                    kind = topo.links[i][j].kind
+                    if kind in ANCESTOR_LEVEL:
+                        level = ANCESTOR_LEVEL[kind]
+                    else:  # an NVLink pair: the PCIe path NVML also reports for it
+                        a, b = node.gpus[i].numa_node, node.gpus[j].numa_node
+                        level = 40 if a == b else 50
+                    ancestors.append((i, j, level))
+        return cls(gpus=gpus, driver=driver, cuda=cuda, ancestors=ancestors)
+
+    # -- YAML ----------------------------------------------------------------------------------------
+
+    @classmethod
+    def from_yaml(cls, path: Path) -> Machine:
+        doc = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        return cls.from_dict(doc)
+
+    @classmethod
+    def from_dict(cls, doc: dict[str, Any]) -> Machine:
+        gpus = []
+        for raw in doc.get("gpus", []):
+            g = dict(raw)
+            mig = g.pop("mig", {}) or {}
+            profiles = [MigProfileSpec(**p) for p in g.pop("mig_profiles", [])]
+            instances = [MigInstanceSpec(**m) for m in g.pop("mig_instances", [])]
+            links = [NvLinkSpec(**k) for k in g.pop("nvlinks", [])]
+            sample = SampleSpec(**(g.pop("sample", {}) or {}))
+            gpus.append(
+                GpuSpec(
+                    **g,
+                    mig_capable=bool(mig.get("capable", False)),
+                    mig_enabled=bool(mig.get("enabled", False)),
+                    mig_pending=bool(mig.get("pending", mig.get("enabled", False))),
+                    reset_needed=bool(mig.get("reset_needed", False)),
+                    mig_profiles=profiles,
+                    mig_instances=instances,
+                    nvlinks=links,
+                    sample=sample,
+                )
+            )
+        return cls(
+            gpus=gpus,
+            driver=str(doc.get("driver", "550.54.15")),
+            cuda=int(doc.get("cuda", 12040)),
+            ancestors=[(int(a), int(b), int(level)) for a, b, level in doc.get("ancestors", [])],
+            events=[(int(e["gpu"]), str(e["type"]), int(e.get("data", 0))) for e in doc.get("events", [])],
+            faults=[(str(f["call"]), int(f["code"]), int(f.get("gpu", -1))) for f in doc.get("faults", [])],
+        )
+
+    # -- the compiled form ---------------------------------------------------------------------------
+
+    def compile(self) -> str:
+        out = [f"driver {self.driver}", f"cuda {self.cuda}"]
+        for i, g in enumerate(self.gpus):
+            out.append(
+                f"gpu {g.uuid} {g.bus_id} {g.pci_device_id:08x} {g.memory_mib} {g.memory_used_mib} "
+                f"{g.sm_count} {int(g.mig_capable)} {int(g.mig_enabled)} {int(g.mig_pending)} "
+                f"{int(g.reset_needed)} {g.name}"
+            )
+            s = g.sample
+            ecc = " ".join(str(v) for v in s.ecc)
+            out.append(
+                f"sample {i} {s.gpu_util} {s.mem_util} {s.temperature_c} {s.power_mw} {s.sm_clock_mhz} {ecc}"
+            )
+            for k in g.nvlinks:
+                out.append(f"nvlink {i} {k.link} {int(k.up)} {k.remote} {2 if k.to == 'switch' else 0}")
+            for p in g.mig_profiles:
+                starts = ",".join(str(s) for s in p.starts)
+                out.append(
+                    f"giprofile {i} {p.constant} {p.id} {p.compute_slices} {p.memory_slices} {p.max_count} "
+                    f"{p.memory_mib} {starts}"
+                )
+            for m in g.mig_instances:
+                out.append(f"gi {i} {m.gi_id} {m.profile_id} {m.start} {int(m.busy)} {m.uuid}")
+            if not g.health_events:
+                out.append(f"noevents {i}")
+        out += [f"ancestor {a} {b} {level}" for a, b, level in self.ancestors]
+        out += [f"event {gpu} {kind} {data}" for gpu, kind, data in self.events]
+        out += [f"fail {call} {code} {gpu}" for call, code, gpu in self.faults]
+        return "\n".join(out) + "\n"
+
+    def write(self, path: Path) -> Path:
+        path.write_text(self.compile(), encoding="utf-8")
+        return path
+
+
+def _switch_bus(port: int) -> str:
+    """The PCI bus of the NVSwitch behind NVLink port ``port`` (four switches, as on HGX H100)."""
+    return f"00000000:{0xC0 + port % 4:02X}:00.0"
