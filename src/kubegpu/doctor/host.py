@@ -8,6 +8,7 @@ drives exactly the code that runs on a real node.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -15,8 +16,9 @@ from pathlib import Path
 from kubegpu.doctor.chain import Check
 from kubegpu.doctor.finding import CheckId, Layer, Outcome, fail, ok, skip, warn
 from kubegpu.doctor.hostprobe import CommandResult, HostProbe
+from kubegpu.errors import SourceError
 from kubegpu.health.xid import XidEvent, XidPolicy, XidVerdict, parse_xid_line
-from kubegpu.sources.nvml import DRIVER_NOT_LOADED, failure_in_text
+from kubegpu.sources.nvml import DRIVER_NOT_LOADED, HostReading, failure_in_text
 
 __all__ = ["HOST_CHECKS", "HostFacts", "NodeContext", "PciGpu", "SmiGpu"]
 
@@ -46,6 +48,7 @@ ID_DRIVER_LOADED = CheckId("host.driver-loaded")
 ID_DRIVER_VERSION = CheckId("host.driver-version")
 ID_DEVICE_NODES = CheckId("host.device-nodes")
 ID_NVML = CheckId("host.nvml")
+ID_NVML_LIBRARY = CheckId("host.nvml-library")
 ID_PERSISTENCE = CheckId("host.persistence-mode")
 ID_GPU_COUNT = CheckId("host.gpu-count")
 ID_XID = CheckId("host.xid")
@@ -89,11 +92,24 @@ class XidSummary:
     last: XidEvent
 
 
-class HostFacts:
-    """Facts about one host, each read once and shared by the checks."""
+NvmlReader = Callable[[], HostReading]
 
-    def __init__(self, probe: HostProbe) -> None:
+
+def _live_nvml() -> HostReading:
+    from kubegpu.sources.nvml import read_host
+
+    return read_host("doctor")
+
+
+class HostFacts:
+    """Facts about one host, each read once and shared by the checks.
+
+    ``nvml`` reads the GPUs through the agent's own NVML funnel; by default it is the live one on the
+    live host and absent under a fixture root (whose files are not the library's GPUs)."""
+
+    def __init__(self, probe: HostProbe, *, nvml: NvmlReader | None = None) -> None:
         self.probe = probe
+        self._nvml = nvml if nvml is not None else (_live_nvml if probe.is_live else None)
 
     @cached_property
     def pci_gpus(self) -> tuple[PciGpu, ...]:
@@ -138,6 +154,17 @@ class HostFacts:
                 if match:
                     found.setdefault(match.group(1), lib)
         return found
+
+    @cached_property
+    def nvml_reading(self) -> HostReading | SourceError | None:
+        """The GPUs as the agent's own NVML (nvidia-ml-py loading libnvidia-ml.so.1) reads them, the
+        error it gives instead, or ``None`` when there is no NVML to read (a fixture root)."""
+        if self._nvml is None:
+            return None
+        try:
+            return self._nvml()
+        except SourceError as exc:
+            return exc
 
     @cached_property
     def smi(self) -> CommandResult:
@@ -405,6 +432,38 @@ def check_nvml(ctx: NodeContext) -> Outcome:
     return ok(f"NVML answers: {len(gpus)} GPU(s), driver {gpus[0].driver_version}", *rows)
 
 
+def check_nvml_library(ctx: NodeContext) -> Outcome:
+    """The library the device plugin itself uses (nvidia-ml-py and libnvidia-ml.so.1), not nvidia-smi:
+    they can disagree (a container with nvidia-smi but another library, a library of another driver)."""
+    facts = ctx.facts
+    reading = facts.nvml_reading
+    pci = len(facts.pci_gpus)
+    if reading is None:
+        return skip("NVML is read on the live host only (--host-root names another root)")
+    if isinstance(reading, SourceError):
+        text = str(reading)
+        known = failure_in_text(text)
+        return fail(
+            f"the device plugin's NVML (nvidia-ml-py, libnvidia-ml.so.1) does not start: {text}",
+            f"PCI bus: {pci} NVIDIA GPU(s)",
+            fix="\n".join(known.fix) if known is not None and known.fix else "kubegpu doctor node --verbose",
+        )
+    node = reading.node
+    rows = [
+        f"GPU {g.index} {g.pci_bus_id} {g.model} {g.memory_mib} MiB {g.uuid}"
+        + (f" MIG on, {len(g.mig_instances)} instance(s)" if g.mig_enabled else "")
+        for g in node.gpus
+    ]
+    versions = f"driver {reading.driver or 'unknown'}, CUDA {reading.cuda or 'unknown'}"
+    if len(node.gpus) != pci:
+        return warn(
+            f"the device plugin's NVML sees {len(node.gpus)} GPU(s), the PCI bus {pci} ({versions})",
+            *rows,
+            fix="see host.gpu-count; a GPU NVML does not list is one the plugin cannot advertise",
+        )
+    return ok(f"the device plugin's NVML sees {len(node.gpus)} GPU(s) ({versions})", *rows)
+
+
 def check_persistence_mode(ctx: NodeContext) -> Outcome:
     off = [g for g in ctx.facts.smi_gpus if g.persistence_mode.lower() != "enabled"]
     if off:
@@ -524,6 +583,7 @@ HOST_CHECKS: tuple[Check[NodeContext], ...] = (
     Check(id=ID_DRIVER_VERSION, layer=Layer.HOST, needs=(ID_DRIVER_LOADED,), run=check_driver_version),
     Check(id=ID_DEVICE_NODES, layer=Layer.HOST, needs=(ID_DRIVER_LOADED,), run=check_device_nodes),
     Check(id=ID_NVML, layer=Layer.HOST, needs=(ID_GPU_PRESENT,), run=check_nvml),
+    Check(id=ID_NVML_LIBRARY, layer=Layer.HOST, needs=(ID_GPU_PRESENT,), run=check_nvml_library),
     Check(id=ID_PERSISTENCE, layer=Layer.HOST, needs=(ID_NVML,), run=check_persistence_mode),
     Check(id=ID_GPU_COUNT, layer=Layer.HOST, needs=(ID_NVML,), run=check_gpu_count),
     Check(id=ID_XID, layer=Layer.HOST, needs=(ID_GPU_PRESENT,), run=check_xid),

@@ -14,7 +14,7 @@ from kubegpu.doctor.chain import Check, Report, run_checks
 from kubegpu.doctor.claims import CLAIM_CHECKS
 from kubegpu.doctor.cluster import CLUSTER_CHECKS, ClusterContext
 from kubegpu.doctor.clusterprobe import ClusterApi
-from kubegpu.doctor.host import HOST_CHECKS, HostFacts, NodeContext
+from kubegpu.doctor.host import HOST_CHECKS, HostFacts, NodeContext, NvmlReader
 from kubegpu.doctor.hostprobe import HostProbe
 from kubegpu.doctor.plugin import PLUGIN_NODE_CHECKS
 from kubegpu.doctor.pod import POD_CHECKS, PodContext
@@ -27,11 +27,16 @@ NODE_CHECKS: tuple[Check[NodeContext], ...] = HOST_CHECKS + RUNTIME_CHECKS + PLU
 
 
 def node_report(
-    root: Path | str = "/", *, command_timeout_s: float = 5.0, xid_policy: XidPolicy | None = None
+    root: Path | str = "/",
+    *,
+    command_timeout_s: float = 5.0,
+    xid_policy: XidPolicy | None = None,
+    nvml: NvmlReader | None = None,
 ) -> Report:
-    """Host, runtime and plugin-socket checks of the host under ``root``."""
+    """Host, runtime and plugin-socket checks of the host under ``root`` (``nvml``: how to read the
+    GPUs through the agent's NVML; by default the live library on the live host, none elsewhere)."""
     probe = HostProbe(root, command_timeout_s=command_timeout_s)
-    ctx = NodeContext(facts=HostFacts(probe), xid_policy=xid_policy or XidPolicy())
+    ctx = NodeContext(facts=HostFacts(probe, nvml=nvml), xid_policy=xid_policy or XidPolicy())
     return run_checks(NODE_CHECKS, ctx)
 
 

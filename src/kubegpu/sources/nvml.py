@@ -311,6 +311,7 @@ class NvmlSource:
         if current != nv.NVML_DEVICE_MIG_ENABLE:
             return False, ()
         instances = []
+        unplaced: list[str] = []
         for j in range(self._call("max MIG device count", nv.nvmlDeviceGetMaxMigDeviceCount, handle)):
             try:
                 mig = nv.nvmlDeviceGetMigDeviceHandleByIndex(handle, j)
@@ -324,12 +325,22 @@ class NvmlSource:
                 info = nv.nvmlGpuInstanceGetInfo(gi)
                 start = int(info.placement.start)
                 gi_profile = int(info.profileId)
-            except (nv.NVMLError, AttributeError, TypeError, ValueError):
+            except nv.NVMLError as exc:
+                # NVML gives a GPU instance's placement to privileged callers only; without it every
+                # instance would silently claim slot 0, so say what is missing and why, once a read.
+                unplaced.append(f"GPU instance {gi_id}: {explain(exc)}")
+            except (AttributeError, TypeError, ValueError):
                 pass
             slices, memory_mb = int(attrs.gpuInstanceSliceCount), int(attrs.memorySizeMB)
             profile = self._profile_name(model, slices, memory_mb, gi_profile)
             uuid = GpuUuid(_text(self._call("MIG UUID", nv.nvmlDeviceGetUUID, mig)))
             instances.append(MigInstance(profile=profile, start_slot=start, uuid=uuid, gi_index=gi_id))
+        if unplaced:
+            log.warning(
+                "MIG instance placements unreadable: their start slots are reported as 0 (run the agent "
+                "privileged, as NVML requires for GPU-instance queries)",
+                extra={"instances": unplaced},
+            )
         return True, tuple(instances)
 
     def read_node(self, name: str) -> Node:

@@ -146,3 +146,20 @@ def test_readings_come_through_pynvml_in_dcgm_units(in_process) -> None:
         assert len(mig.mig_memory) == 4
     finally:
         source.close()
+
+
+def test_placements_nvml_withholds_from_an_unprivileged_caller_are_named_not_invented(
+    in_process, caplog: pytest.LogCaptureFixture
+) -> None:
+    # NVML answers GPU-instance queries (nvmlDeviceGetGpuInstanceById) to privileged callers only
+    in_process("builtin:h100-mig-mixed", faults=[("nvmlDeviceGetGpuInstanceById", 4, -1)])
+    source = NvmlSource.open()
+    try:
+        with caplog.at_level("WARNING", logger="kubegpu.sources.nvml"):
+            node = source.read_node("n")
+        assert len(node.gpus[0].mig_instances) == 4  # the MIG devices are still served, by UUID
+        [record] = [r for r in caplog.records if "placements unreadable" in r.getMessage()]
+        assert "privileged" in record.getMessage()
+        assert any("no permission" in line for line in record.instances)  # type: ignore[attr-defined]
+    finally:
+        source.close()

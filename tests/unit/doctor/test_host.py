@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 from kubegpu.doctor import Status, node_report
 from kubegpu.doctor.chain import Report
-from kubegpu.sources.nvml import failure
+from kubegpu.errors import SourceError
+from kubegpu.model.node import Gpu, GpuUuid, Node
+from kubegpu.sources.nvml import HostReading, failure
 from tests.unit.doctor.fakehost import DRIVER, GPUS, FakeHost
 
 
@@ -14,12 +17,43 @@ def run(host: FakeHost, **kwargs: float) -> Report:
     return node_report(host.root, **kwargs)
 
 
+def nvml_of(count: int, *, driver: str = DRIVER) -> Callable[[], HostReading]:
+    """What the agent's NVML would read: ``count`` H100s at the fixture's bus IDs."""
+    gpus = tuple(
+        Gpu(index=i, uuid=GpuUuid(f"GPU-{i:08d}-0000-0000-0000-000000000000"), model="H100-80GB",
+            memory_mib=81920, numa_node=None, pci_bus_id=f"0000{GPUS[i % len(GPUS)].upper()}")
+        for i in range(count)
+    )  # fmt: skip
+    return lambda: HostReading(node=Node(name="n", gpus=gpus, topology=None), driver=driver, cuda="12.4")
+
+
 def test_healthy_root_passes_every_node_check(host: FakeHost) -> None:
-    report = run(host)
+    report = node_report(host.root, nvml=nvml_of(len(GPUS)))
     statuses = {f.id: f.status for f in report.findings}
     assert report.exit_code == 0
     assert statuses.pop("runtime.docker") is Status.SKIP  # Docker is not used on this host
     assert set(statuses.values()) == {Status.OK}, [f for f in report.findings if f.status is not Status.OK]
+
+
+def test_under_a_fixture_root_the_live_nvml_is_not_read(host: FakeHost) -> None:
+    finding = run(host).by_id("host.nvml-library")
+    assert finding.status is Status.SKIP and "live host only" in finding.summary
+
+
+def test_the_agents_nvml_failing_is_named_with_its_fix_even_when_nvidia_smi_works(host: FakeHost) -> None:
+    def broken() -> HostReading:
+        raise SourceError("NVML is not available: " + failure(12).advice)  # type: ignore[union-attr]
+
+    finding = node_report(host.root, nvml=broken).by_id("host.nvml-library")
+    assert finding.status is Status.FAIL
+    assert "does not start" in finding.summary and "libnvidia-ml.so.1" in finding.summary
+    assert "ls /usr/lib/*/libnvidia-ml.so.1" in finding.fix
+    assert node_report(host.root, nvml=broken).by_id("host.nvml").status is Status.OK  # nvidia-smi works
+
+
+def test_the_agents_nvml_seeing_fewer_gpus_than_the_bus_warns(host: FakeHost) -> None:
+    finding = node_report(host.root, nvml=nvml_of(1)).by_id("host.nvml-library")
+    assert finding.status is Status.WARN and "sees 1 GPU(s), the PCI bus 2" in finding.summary
 
 
 def test_no_nvidia_gpu_on_pci_fails_and_blocks_every_other_node_check(host: FakeHost) -> None:
