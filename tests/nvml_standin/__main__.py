@@ -36,6 +36,8 @@ def main(argv: list[str] | None = None) -> int:
     m = sub.add_parser("machine", help="compile a machine for the library")
     m.add_argument("source", help="builtin:NAME, a node spec file, or a YAML machine description")
     m.add_argument("-o", "--output", type=Path, required=True)
+    x = sub.add_parser("smi-xml", help="print what nvidia-smi -q -x would print for SOURCE")
+    x.add_argument("source")
     e = sub.add_parser("env", help="build, compile SOURCE into DIR, print the shell exports")
     e.add_argument("source")
     e.add_argument("directory", type=Path)
@@ -45,6 +47,8 @@ def main(argv: list[str] | None = None) -> int:
             print(build().directory)
         elif args.command == "machine":
             machine_of(args.source).write(args.output)
+        elif args.command == "smi-xml":
+            print(machine_of(args.source).smi_xml(), end="")
         else:
             args.directory.mkdir(parents=True, exist_ok=True)
             standin = build()

@@ -313,6 +313,36 @@ class Machine:
         path.write_text(self.compile(), encoding="utf-8")
         return path
 
+    def smi_xml(self) -> str:
+        """What ``nvidia-smi -q -x`` would print for this machine (the fields the device script compares:
+        driver and CUDA versions, and per GPU its bus, name, UUID, PCI device ID, memory, MIG mode)."""
+        cuda = f"{self.cuda // 1000}.{(self.cuda % 1000) // 10}"
+        out = [
+            '<?xml version="1.0" ?>',
+            "<nvidia_smi_log>",
+            f"  <driver_version>{self.driver}</driver_version>",
+            f"  <cuda_version>{cuda}</cuda_version>",
+            f"  <attached_gpus>{len(self.gpus)}</attached_gpus>",
+        ]
+        for g in self.gpus:
+            mode = ("Enabled" if g.mig_enabled else "Disabled") if g.mig_capable else "N/A"
+            migs = "<mig_device/>" * len(g.mig_instances) if g.mig_enabled else "None"
+            out += [
+                f'  <gpu id="{g.bus_id}">',
+                f"    <product_name>{g.name}</product_name>",
+                f"    <mig_mode><current_mig>{mode}</current_mig>"
+                f"<pending_mig>{mode}</pending_mig></mig_mode>",
+                f"    <mig_devices>{migs}</mig_devices>",
+                f"    <uuid>{g.uuid}</uuid>",
+                f"    <pci><pci_bus_id>{g.bus_id}</pci_bus_id>"
+                f"<pci_device_id>0x{g.pci_device_id:08X}</pci_device_id></pci>",
+                f"    <fb_memory_usage><total>{g.memory_mib} MiB</total>"
+                f"<used>{g.memory_used_mib} MiB</used></fb_memory_usage>",
+                "  </gpu>",
+            ]
+        out.append("</nvidia_smi_log>")
+        return "\n".join(out) + "\n"
+
 
 def _switch_bus(port: int) -> str:
     """The PCI bus of the NVSwitch behind NVLink port ``port`` (four switches, as on HGX H100)."""
