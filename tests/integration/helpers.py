@@ -3,9 +3,15 @@
 from __future__ import annotations
 
 import json
+import socket
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 
 import grpc
+import pytest
 
 from kubegpu.deviceplugin.api import v1beta1_pb2 as pb
 from kubegpu.deviceplugin.api import v1beta1_pb2_grpc as pb_grpc
@@ -58,3 +64,34 @@ def log_records(text: str) -> list[dict[str, object]]:
 
 def messages(text: str) -> list[str]:
     return [str(r.get("msg")) for r in log_records(text)]
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def scrape(port: int) -> str:
+    """One ``/metrics`` scrape of the agent on ``port``, in Prometheus' text format 0.0.4."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as reply:
+        assert reply.headers["Content-Type"].startswith("text/plain; version=0.0.4")
+        return str(reply.read().decode())
+
+
+def scrape_until(
+    port: int, log: Callable[[], str], accept: Callable[[str], bool], timeout: float = 20
+) -> str:
+    """Scrape until ``accept`` holds; on timeout fail with the last scrape and ``log()`` (the agent's)."""
+    deadline = time.monotonic() + timeout
+    last = ""
+    while time.monotonic() < deadline:
+        try:
+            last = scrape(port)
+            if accept(last):
+                return last
+        except (urllib.error.URLError, ConnectionError):
+            pass
+        time.sleep(0.2)
+    pytest.fail(f"no matching scrape; last:\n{last[-3000:]}\nagent log:\n{log()[-3000:]}")

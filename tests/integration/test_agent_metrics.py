@@ -3,17 +3,13 @@
 from __future__ import annotations
 
 import json
-import socket
-import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.integration.conftest import AgentProcess
-from tests.integration.helpers import time_sliced
+from tests.integration.helpers import free_port, scrape, scrape_until, time_sliced
 from tests.integration.kubelet_double import Container, KubeletDouble, Pod
 from tests.integration.podresources_double import FakeContainer, FakePod, PodResourcesDouble
 
@@ -22,30 +18,8 @@ pytestmark = pytest.mark.integration
 GPU = "nvidia.com/gpu"
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _scrape(port: int) -> str:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as reply:
-        assert reply.headers["Content-Type"].startswith("text/plain; version=0.0.4")
-        return str(reply.read().decode())
-
-
 def _wait_scrape(port: int, agent: AgentProcess, accept: Callable[[str], bool], timeout: float = 20) -> str:
-    deadline = time.monotonic() + timeout
-    last = ""
-    while time.monotonic() < deadline:
-        try:
-            last = _scrape(port)
-            if accept(last):
-                return last
-        except (urllib.error.URLError, ConnectionError):
-            pass
-        time.sleep(0.2)
-    pytest.fail(f"no matching scrape; last:\n{last[-3000:]}\nagent log:\n{agent.log[-3000:]}")
+    return scrape_until(port, lambda: agent.log, accept, timeout)
 
 
 def _lines(text: str, name: str) -> list[str]:
@@ -68,7 +42,7 @@ def test_pods_on_replicas_get_their_own_series_and_the_agent_reports_its_rpcs(
     config = plugin_dir / "ts.yaml"
     config.write_text(time_sliced(4))
     faults = plugin_dir / "faults.jsonl"
-    port = _free_port()
+    port = free_port()
     agent = start_agent(
         "--node-spec",
         "builtin:seed-8gpu",
@@ -121,7 +95,7 @@ def test_pods_on_replicas_get_their_own_series_and_the_agent_reports_its_rpcs(
 def test_without_a_cluster_the_endpoint_serves_every_gpu_without_pod_labels(
     plugin_dir: Path, start_agent: Callable[..., AgentProcess]
 ) -> None:
-    port = _free_port()
+    port = free_port()
     agent = start_agent(
         "--node-spec",
         "builtin:seed-8gpu",
@@ -133,7 +107,7 @@ def test_without_a_cluster_the_endpoint_serves_every_gpu_without_pod_labels(
         str(plugin_dir / "absent.sock"),
     )
     text = _wait_scrape(port, agent, lambda t: "DCGM_FI_DEV_GPU_UTIL{" in t)
-    _scrape(port)
+    scrape(port)
     for name in (
         "DCGM_FI_DEV_GPU_UTIL",
         "DCGM_FI_DEV_FB_USED",

@@ -7,16 +7,13 @@ serving when a GPU cannot deliver health events, and says so when NVML loses a G
 
 from __future__ import annotations
 
-import socket
-import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable
 
 import pytest
 
 from kubegpu.sources.spec import load_node
 from tests.integration.conftest import AgentProcess
+from tests.integration.helpers import free_port, scrape_until
 from tests.integration.kubelet_double import KubeletDouble
 from tests.nvml_standin.machine import Machine
 
@@ -27,26 +24,6 @@ GPU = "nvidia.com/gpu"
 
 def _unhealthy(kubelet: KubeletDouble) -> set[str]:
     return {i for i, h in kubelet.device_health(GPU).items() if h != "Healthy"}
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _scrape_until(port: int, agent: AgentProcess, accept: Callable[[str], bool], timeout: float = 20) -> str:
-    deadline, last = time.monotonic() + timeout, ""
-    while time.monotonic() < deadline:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as reply:
-                last = reply.read().decode()
-            if accept(last):
-                return last
-        except (urllib.error.URLError, ConnectionError):
-            pass
-        time.sleep(0.2)
-    pytest.fail(f"no matching scrape; last:\n{last[-3000:]}\nagent log:\n{agent.log[-3000:]}")
 
 
 def _value(text: str, name: str, gpu: int) -> float:
@@ -61,14 +38,14 @@ def test_the_agent_serves_nvml_gpus_marks_a_fatal_xid_and_exports_nvml_readings(
 ) -> None:
     host = nvml_host("builtin:dgx-h100")
     uuids = [str(g.uuid) for g in load_node("builtin:dgx-h100").gpus]
-    port = _free_port()
+    port = free_port()
     agent = start_agent("--nvml", "--metrics-address", f"127.0.0.1:{port}", env=host.env())
     assert kubelet.wait_for(lambda: set(kubelet.device_health(GPU)) == set(uuids), 20), agent.log
     assert not _unhealthy(kubelet)
     host.event(2, "xid", 13)  # "Graphics engine exception": the application's problem, not the GPU's
     host.event(5, "xid", 79)  # "GPU has fallen off the bus": the GPU is gone
     assert kubelet.wait_for(lambda: _unhealthy(kubelet) == {uuids[5]}, 15), agent.log
-    text = _scrape_until(port, agent, lambda t: "DCGM_FI_DEV_GPU_UTIL{" in t)
+    text = scrape_until(port, lambda: agent.log, lambda t: "DCGM_FI_DEV_GPU_UTIL{" in t)
     assert _value(text, "DCGM_FI_DEV_GPU_UTIL", 3) == 40  # 37 + index, as the machine says
     assert _value(text, "DCGM_FI_DEV_GPU_TEMP", 3) == 44
     assert _value(text, "DCGM_FI_DEV_POWER_USAGE", 3) == pytest.approx(126.456)
