@@ -38,7 +38,7 @@ def register(app: typer.Typer) -> None:
             str,
             typer.Option(
                 "--policy",
-                help="Placement policy: kubegpu, kubegpu-plan (needs scipy), fgd, bestfit, packing,"
+                help="Placement policy: kubegpu, kubegpu-plan, fgd, bestfit, packing,"
                 " clustering, dotprod, random.",
             ),
         ] = "kubegpu",
@@ -79,7 +79,7 @@ def register(app: typer.Typer) -> None:
         parse_address(listen, flag="--listen")  # bad input is refused before anything starts
         placer = get_policy(policy)
         typical = typical_from_file(workload) if workload is not None else default_typical()
-        if placer.name == Policy.KUBEGPU_PLAN.value:  # its plan (an LP, scipy) now, not at the first pod
+        if placer.name == Policy.KUBEGPU_PLAN.value:  # its plan (an LP) now, not at the first pod
             value_plan_of(typical)
         api = KubeApi(kubeconfig=kubeconfig)
         ledger = Ledger(policy=placer, typical=typical, reservation_ttl_s=reservation_ttl)

@@ -18,14 +18,14 @@ proof):
   ``sum a_ic x_tc <= u_i`` per item, and the CPU and memory of the configurations on class ``t``
   within ``C_t`` and ``M_t``.
 
-It is solved by column generation with HiGHS (``scipy.optimize.linprog``); the pricing step is an
+It is solved by column generation with HiGHS (``kubegpu.sim.lp``, through highspy); the pricing step is an
 exact bounded knapsack over integer milli 0..1000. The reported value is always the *dual* bound
 ``sum_t G_t max(0, best_t) + sum_i u_i pi_i + sum_t (C_t mu_t + M_t nu_t)`` for the current duals
 (``best_t``: the best configuration's value for class ``t`` at those prices), which is an upper bound
 for any non-negative prices, so stopping early never gives an invalid bound; at convergence it equals
 the LP optimum.
 
-Pure: numpy and scipy, no I/O.
+Pure: numpy and highspy, no I/O.
 """
 
 from __future__ import annotations
@@ -37,10 +37,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from scipy.optimize import linprog
-from scipy.sparse import csc_matrix
 
 from kubegpu.errors import InputError
+from kubegpu.sim.lp import solve_min
 from kubegpu.sim.scoring import MILLI, FloatArray, IntArray
 from kubegpu.sim.workload import Workload, arrivals
 
@@ -316,13 +315,10 @@ def solve_bound(
         matrix[3 * n_classes + n_items :] = -a[low]
         value = size @ a
         objective = np.concatenate([-value, np.full(len(low), LOWER_PENALTY)])
-        result = linprog(
-            objective, A_ub=csc_matrix(np.hstack([matrix, slack])), b_ub=rhs, bounds=(0, None), method="highs"
-        )
-        if result.status != 0:  # pragma: no cover - the master is always feasible (x = 0) and bounded
-            raise InputError(f"bound: the LP solver failed: {result.message}")
+        # the master is always feasible (x = 0) and bounded; solve_min raises unless it is optimal
+        result = solve_min(objective, np.hstack([matrix, slack]), rhs)
         lp_value = float(-result.fun)
-        duals = np.maximum(0.0, -np.asarray(result.ineqlin.marginals, dtype=np.float64))
+        duals = np.maximum(0.0, -result.row_duals)
         pi = duals[n_classes : n_classes + n_items]
         mu = duals[n_classes + n_items : 2 * n_classes + n_items]
         nu = duals[2 * n_classes + n_items : 3 * n_classes + n_items]

@@ -19,7 +19,7 @@ which is valid for every ``j`` in the interval), and the interval with the highe
 in two until it is narrow or ``MAX_SPLITS`` splits are done (branch and bound; the intervals always
 cover every ``j``, so the maximum over them is valid at every step).
 
-docs/sim.md, "The online bound", has the proof. Pure: numpy and scipy, no I/O.
+docs/sim.md, "The online bound", has the proof. Pure: numpy and highspy, no I/O.
 """
 
 from __future__ import annotations

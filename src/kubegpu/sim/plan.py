@@ -20,8 +20,8 @@ A share of ``m`` milli on a GPU with ``f`` free loses ``U(f) - U(f - m)`` of val
 buckets that loss by ``PLAN_BUCKET_MILLI`` (``ValuePlan.buckets``) and ranks nodes by the bucket
 first, kubegpu's score second (docs/sim.md, "kubegpu-plan").
 
-Pure: numpy; scipy (through ``kubegpu.sim.bound``) is imported only when a plan is solved, so the
-extender's image, which has no scipy, can import the policies.
+Pure: numpy; the LP solver (highspy, through ``kubegpu.sim.bound``) is imported only when a plan is
+solved, so importing the policies needs none.
 """
 
 from __future__ import annotations
@@ -90,13 +90,13 @@ def _pivot(size: IntArray, demand: FloatArray, cpu: IntArray) -> int:
 
 def value_plan(shapes: TypicalShapes) -> ValuePlan:
     """Solve the plan for ``shapes`` (see the module docstring); a flat plan when there are no shares."""
-    # scipy (HiGHS) only here: importing the policies must not need it
+    # the LP solver only here: importing the policies must not need it
     try:
         from kubegpu.sim.bound import BoundProblem, Column, knapsack_values, solve_bound  # the LP
     except ImportError as e:
         raise InputError(
-            "the kubegpu-plan policy solves its plan with scipy, which is not installed here (the kubegpu"
-            " image does not ship it): install scipy, or choose the kubegpu policy"
+            "the kubegpu-plan policy solves its plan with an LP solver that is not installed here:"
+            " pip install highspy, or choose the kubegpu policy"
         ) from e
 
     started = time.perf_counter()
