@@ -264,7 +264,8 @@ def test_helm_install_time_slices_upgrade_changes_replicas_live_and_uninstall_le
         cluster.wait_resource(GPU, allocatable=32, timeout_s=90)
         wait_label(cluster, "nvidia.com/gpu.replicas", "4")
         check_extender_binds_a_gpu_pod(cluster, ns, request)
-        # the agent watches its mounted ConfigMap; kubelet syncs the volume within about a minute
+        # the agent watches its mounted ConfigMap; kubelet syncs the volume at the pod's next sync (the
+        # rig's syncFrequency: 10 s)
         _helm(helm, rig, "upgrade", "kubegpu", str(CHART), *base, "--set", "sharing.timeSlicing.replicas=2")
         cluster.wait_resource(GPU, allocatable=16, timeout_s=240)
         wait_label(cluster, "nvidia.com/gpu.replicas", "2", timeout_s=30)

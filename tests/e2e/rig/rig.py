@@ -1240,6 +1240,9 @@ state = '{d / "state"}'
             "evictionHard": {"nodefs.available": "0%", "imagefs.available": "0%", "nodefs.inodesFree": "0%"},
             "podLogsDir": str(self.paths.component_dir("kubelet") / "pod-logs"),
             "shutdownGracePeriod": "0s",
+            # kubelet applies a changed ConfigMap to a pod's volume at the pod's next sync; the default
+            # (1 minute) made each test of a live config change wait about that long for nothing
+            "syncFrequency": "10s",
             "rotateCertificates": False,
             "serverTLSBootstrap": False,
         }
