@@ -171,6 +171,21 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
 # ----------------------------------------------------------------------------------------------- helpers
 
 
+LONG_WAIT_S = 5.0
+LONG_WAITS: list[tuple[float, str, str]] = []  # (seconds, what, test): waits of LONG_WAIT_S or more
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """The longest waits of the session (``wait_until``), after pytest's slowest durations."""
+    if not LONG_WAITS:
+        return
+    terminalreporter.section("longest waits (wait_until, 5 s or more)")
+    for seconds, what, test in sorted(LONG_WAITS, reverse=True)[:25]:
+        terminalreporter.write_line(f"{seconds:7.1f}s  {what[:70]:<70}  {test.split('::')[-1][:60]}")
+    total = sum(w for w, _, _ in LONG_WAITS)
+    terminalreporter.write_line(f"{len(LONG_WAITS)} waits of 5 s or more, {total:.0f} s in all")
+
+
 def wait_until(
     what: str,
     probe: Callable[[], Any],
@@ -179,13 +194,20 @@ def wait_until(
     accept: Callable[[Any], bool] = bool,
     interval_s: float = 0.5,
 ) -> Any:
-    """Poll probe until accept(value) holds; return that value, or fail showing the last value seen."""
-    deadline = time.monotonic() + timeout_s
+    """Poll probe until accept(value) holds; return that value, or fail showing the last value seen.
+
+    Waits of 5 s or more are recorded (``LONG_WAITS``) and the longest are listed at the end of the
+    session, so the e2e suite's time can be read wait by wait, not only test by test."""
+    started = time.monotonic()
+    deadline = started + timeout_s
     last: Any = None
     while True:
         try:
             last = probe()
             if accept(last):
+                waited = time.monotonic() - started
+                if waited >= LONG_WAIT_S:
+                    LONG_WAITS.append((waited, what, os.environ.get("PYTEST_CURRENT_TEST", "").split(" ")[0]))
                 return last
         except (RigError, subprocess.SubprocessError, KeyError, json.JSONDecodeError) as exc:
             last = exc
