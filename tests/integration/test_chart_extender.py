@@ -81,7 +81,7 @@ def test_enabled_renders_the_deployment_its_account_rbac_service_and_scheduler_c
     assert c["args"] == [
         "extender",
         "--listen=0.0.0.0:8888",
-        "--policy=kubegpu",
+        "--policy=kubegpu-plan",
         "--reservation-ttl=30",
         "--log-level=info",
     ]

@@ -38,10 +38,10 @@ def register(app: typer.Typer) -> None:
             str,
             typer.Option(
                 "--policy",
-                help="Placement policy: kubegpu, kubegpu-plan, fgd, bestfit, packing,"
-                " clustering, dotprod, random.",
+                help="Placement policy: kubegpu-plan (the default: kubegpu's score with each share placed "
+                "by a plan of the workload), kubegpu, fgd, bestfit, packing, clustering, dotprod, random.",
             ),
-        ] = "kubegpu",
+        ] = "kubegpu-plan",
         workload: Annotated[
             Path | None,
             typer.Option(

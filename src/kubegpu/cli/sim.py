@@ -54,8 +54,8 @@ def register(app: typer.Typer) -> None:
             list[str] | None,
             typer.Option(
                 "--policy",
-                help=f"Policy to replay (repeatable): {', '.join(ALL_POLICIES)}, kubegpu-plan."
-                " Default: all but kubegpu-plan.",
+                help=f"Policy to replay (repeatable): {', '.join(ALL_POLICIES)}."
+                " Default: all but kubegpu (kubegpu-plan is kubegpu's default placement).",
             ),
         ] = None,
         seeds: Annotated[str, typer.Option("--seeds", help="Seeds: 42, 42-51 or 42,44.")] = "42-51",

@@ -18,7 +18,10 @@ from typing import Any
 from kubegpu.errors import InputError
 
 MAX_INFLATE = 10.0  # arrivals of 10x the GPU capacity: every curve is flat long before
-ALL_POLICIES = ("random", "dotprod", "clustering", "packing", "bestfit", "fgd", "kubegpu")
+# What `kubegpu sim` replays by default: the artifact's six and kubegpu's default placement, the
+# plan-guided `kubegpu-plan`; `kubegpu` (its score without the plan) stays reachable by name.
+DEFAULT_POLICIES = ("random", "dotprod", "clustering", "packing", "bestfit", "fgd", "kubegpu-plan")
+ALL_POLICIES = (*DEFAULT_POLICIES, "kubegpu")
 
 
 def run_sim(
@@ -102,7 +105,7 @@ def _policies(names: list[str] | None) -> tuple[Any, ...]:
     from kubegpu.sim.scoring import Policy
 
     if not names:
-        return tuple(Policy(n) for n in ALL_POLICIES)
+        return tuple(Policy(n) for n in DEFAULT_POLICIES)
     out = []
     for name in names:
         for raw in name.split(","):

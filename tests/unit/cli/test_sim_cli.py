@@ -230,13 +230,22 @@ def test_forms_the_plain_parser_does_not_know_go_to_typer_and_behave_as_before(t
     assert parsed["policy"] == ["fgd", "bestfit"] and parsed["inflate"] == 2.0 and parsed["as_json"] is True
 
 
-def test_kubegpu_plan_is_opt_in_and_places_every_pod_kubegpu_places_on_a_cluster_with_room(
+def test_kubegpu_plan_is_the_default_and_places_every_pod_kubegpu_places_on_a_cluster_with_room(
     tmp_path: Path,
 ) -> None:
     nodes, pods = trace_files(tmp_path)
     base = ["sim", "--nodes", str(nodes), "--pods", str(pods), "--seeds", "1", "--inflate", "0", "--json"]
     default = json.loads(CliRunner().invoke(app, base).stdout)
-    assert "kubegpu-plan" not in default["policies"]  # the default set stays the seven of the paper's tables
+    # the paper's six and kubegpu's default placement; the plain score is there by name only
+    assert list(default["policies"]) == [
+        "random",
+        "dotprod",
+        "clustering",
+        "packing",
+        "bestfit",
+        "fgd",
+        "kubegpu-plan",
+    ]
     result = CliRunner().invoke(app, [*base, "--policy", "kubegpu,kubegpu-plan"])
     assert result.exit_code == 0, result.output
     doc = json.loads(result.stdout)["policies"]
