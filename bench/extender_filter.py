@@ -11,7 +11,7 @@ separately, the ledger's decision alone. Prints Markdown tables of p50/p99/max p
 arrived demand, and checks that every pod went where `kubegpu sim` (same seed) puts it.
 Target: p50 and p99 <= 20 ms. Without the trace it prints why and exits 0; it never fails on time.
 
-    python bench/extender_filter.py [--data DIR] [--policy kubegpu] [--seed 42] [--inflate 1.3]
+    python bench/extender_filter.py [--data DIR] [--policy kubegpu-plan] [--seed 42] [--inflate 1.3]
 """
 
 from __future__ import annotations
@@ -175,14 +175,16 @@ def run(data: Path, policy: str, seed: int, inflate: float) -> int:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--data", type=Path, default=default_data_dir())
-    parser.add_argument("--policy", action="append", help="kubegpu (default), fgd, ... (repeatable)")
+    parser.add_argument(
+        "--policy", action="append", help="kubegpu-plan (default), kubegpu, fgd, ... (repeatable)"
+    )
     parser.add_argument("--seed", type=int, default=42)
     parser.add_argument("--inflate", type=float, default=1.3)
     args = parser.parse_args()
     if not (args.data / NODES).exists() or not (args.data / PODS).exists():
         print(f"openb trace not found in {args.data} (set KUBEGPU_OPENB_DIR); nothing measured")
         return 0
-    for policy in args.policy or ["kubegpu"]:
+    for policy in args.policy or ["kubegpu-plan"]:
         run(args.data, policy, args.seed, args.inflate)
     return 0
 

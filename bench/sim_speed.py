@@ -2,8 +2,9 @@
 
 Two measurements, both through the real command line (interpreter start-up included):
 
-1. one seed of ``fgd`` (``kubegpu sim --policy fgd --seeds 42``; target: 1.2 s wall; best of
-   ``--repeat`` runs, since other jobs share the machine);
+1. one seed of the default policy, ``kubegpu-plan`` (``kubegpu sim --policy kubegpu-plan --seeds 42``,
+   its plan's LP included; target: 1.2 s wall; best of ``--repeat`` runs, since other jobs share the
+   machine), and of ``fgd`` beside it;
 2. every policy x 10 seeds with ``--workers 2`` (target: 20 s wall);
 
 then pods/s per policy from the second run's per-policy replay seconds. Each run's CPU time (user +
@@ -132,16 +133,22 @@ def main() -> int:
         )
         return 0
     base = ["--nodes", str(nodes), "--pods", str(pods)]
-    one = [*base, "--policy", "fgd", "--seeds", "42"]
+    ones_args = {
+        "kubegpu-plan": [*base, "--policy", "kubegpu-plan", "--seeds", "42"],
+        "fgd": [*base, "--policy", "fgd", "--seeds", "42"],
+    }
     every_args = [*base, "--seeds", args.seeds, "--workers", str(args.workers)]
     variants: list[tuple[str, Path | None]] = [("this checkout", None)]
     if args.baseline is not None:
         variants.insert(0, (f"baseline {args.baseline}", args.baseline))
     load_before = os.getloadavg()[0]
-    ones: dict[str, list[tuple[float, float, dict[str, object]]]] = {name: [] for name, _ in variants}
+    ones: dict[tuple[str, str], list[tuple[float, float, dict[str, object]]]] = {
+        (name, p): [] for name, _ in variants for p in ones_args
+    }
     for _ in range(max(1, args.repeat)):
         for name, src in variants:  # interleaved: each variant sees the same minutes
-            ones[name].append(kubegpu(*one, src=src))
+            for policy, one in ones_args.items():
+                ones[(name, policy)].append(kubegpu(*one, src=src))
     runs_all: dict[str, list[tuple[float, float, dict[str, object]]]] = {name: [] for name, _ in variants}
     if not args.skip_all:
         for _ in range(max(1, args.repeat_all)):
@@ -157,11 +164,13 @@ def main() -> int:
     print("| code | measurement | wall s | cpu s | target wall s |")
     print("|---|---|---|---|---|")
     for name, _ in variants:
-        wall, cpu, _ = min(ones[name], key=lambda r: r[0])
-        print(
-            f"| {name} | `kubegpu sim --policy fgd --seeds 42` (best of {len(ones[name])}) "
-            f"| {wall:.2f} | {cpu:.2f} | 1.2 |"
-        )
+        for policy in ones_args:
+            runs = ones[(name, policy)]
+            wall, cpu, _ = min(runs, key=lambda r: r[0])
+            print(
+                f"| {name} | `kubegpu sim --policy {policy} --seeds 42` (best of {len(runs)}) "
+                f"| {wall:.2f} | {cpu:.2f} | 1.2 |"
+            )
         if name in alls:
             wall, cpu, _ = alls[name]
             runs = runs_all[name]
