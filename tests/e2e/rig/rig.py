@@ -1243,6 +1243,9 @@ state = '{d / "state"}'
             # kubelet applies a changed ConfigMap to a pod's volume at the pod's next sync; the default
             # (1 minute) made each test of a live config change wait about that long for nothing
             "syncFrequency": "10s",
+            # a device plugin's new allocatable reaches the Node object at kubelet's next status update;
+            # the default tick (10 s) was most of each e2e wait for allocatable (one node: 1 s is cheap)
+            "nodeStatusUpdateFrequency": "1s",
             "rotateCertificates": False,
             "serverTLSBootstrap": False,
         }
