@@ -9,7 +9,8 @@ built from the rig's binaries (`Rig.start_extra_scheduler`):
 * `mostallocated` -- stock, NodeResourcesFit MostAllocated on nvidia.com/gpu and kubegpu.io/gpu-milli
                      (weight 3 each, cpu and memory 1), BalancedAllocation off, all nodes scored
                      (the best bin-packing users can configure today);
-* `kubegpu`, `fgd` -- kube-scheduler + `kubegpu extender --policy P --workload <the trace's pods>`,
+* `kubegpu-plan` (the extender's default), `kubegpu`, `fgd` -- kube-scheduler +
+                     `kubegpu extender --policy P --workload <the trace's pods>`,
                      configured as docs/extender.md says (filter + bind, nodeCacheCapable,
                      percentageOfNodesToScore 100), every pod sent to the extender.
 
@@ -49,7 +50,8 @@ from kubegpu.sim.scoring import Policy  # noqa: E402
 from kubegpu.sim.trace import load_trace  # noqa: E402
 from kubegpu.sim.workload import prepare  # noqa: E402
 
-SCHEDULERS = ("default", "mostallocated", "kubegpu", "fgd")
+SCHEDULERS = ("default", "mostallocated", "kubegpu-plan", "kubegpu", "fgd")
+EXTENDED = ("kubegpu-plan", "kubegpu", "fgd")  # kube-scheduler + `kubegpu extender --policy KIND`
 # the stock setups again, with whole-GPU pods asking kubegpu.io/gpu-milli (1000 x k) as well, so that
 # the node-level count of GPU milli agrees with the whole GPUs taken (not run unless asked for)
 VARIANTS = ("default-milli", "mostallocated-milli")
@@ -176,7 +178,7 @@ def main() -> int:
         for kind in args.scheduler or SCHEDULERS:
             t0 = time.monotonic()
             extender = None
-            if kind in ("kubegpu", "fgd"):
+            if kind in EXTENDED:
                 extender = ExtenderProcess(
                     rig.paths.kubeconfig,
                     logs / f"extender-{kind}.log",
