@@ -1,6 +1,7 @@
 # The developer loop. CI runs `make test` verbatim (.ci/run).
 #   make test   lint, types, layer contracts, unit + integration tests, then the e2e suite on a real
-#               single-node Kubernetes (needs root; builds the rig's binaries once, about 18 min cold on 2 idle cores)
+#               single-node Kubernetes (needs root; builds the rig's binaries once, about 9.5 min cold on 2 cores,
+#               beside helm and `check`)
 #   make check  the same without e2e (any user, about 3 minutes)
 PY ?= python3
 VENV := .venv
