@@ -1,6 +1,6 @@
 """Fidelity of `kubegpu sim` against the FGD paper's published default-trace numbers.
 
-Replays the default openb trace (the copy shipped in src/kubegpu/sim/data/openb) with
+Replays the default openb trace (``bench/openb.py``: never copied into the repository) with
 every policy over seeds 42-51, under both tie modes, and prints the 10-seed means next to the
 published ones (reference/fgd-benchmark.md, section 9) with the issue's tolerances: +-0.3 points at
 130 % arrived for the deterministic baselines, +-0.5 for random, 13.94 % +- 0.05 empty-cluster

@@ -1,23 +1,23 @@
 """A scaled-down openb replay on the real control plane (issue 15): kwok nodes, a real kube-scheduler with
 `kubegpu extender`, and every placement equal to `kubegpu sim`'s for the same arrivals.
 
-122 kwok nodes (every 10th openb GPU node) and the arrivals of seed 42 for every 8th openb pod,
-inflated to 100 % of the subset's GPUs (819 pods, the last ones find no room), go through the rig's
+122 kwok nodes and the arrivals of seed 42 from 819 pods, inflated to 100 % of the nodes' GPUs (the
+last ones find no room), go through the rig's
 API server to a second kube-scheduler configured with the extender (filter + bind,
 percentageOfNodesToScore 100, every pod sent to it), policy `kubegpu`, the subset's pods as its
 workload. Each pod's node and GPUs (indices, and the UUIDs the node publishes) must be the ones the
 simulator picks, the pods the simulator drops must be refused, and kwok must turn the placed pods
-Running. The trace is the copy that ships with kubegpu (``kubegpu.sim.openb``; KUBEGPU_OPENB_DIR
-overrides it).
+Running. The trace is synthetic, in the openb schema (``synthetic_trace``: the openb trace is not
+redistributed with kubegpu); `bench/kube_replay.py` replays the real one on 1,213 kwok nodes.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -27,32 +27,52 @@ from tests.e2e.rig.rig import NODE_NAME, Rig
 
 pytestmark = pytest.mark.e2e
 
-NODES, PODS = "openb_node_list_gpu_node.csv", "openb_pod_list_default.csv"
-NODE_STEP, POD_STEP, SEED, INFLATE = 10, 8, 42, 1.0
+SEED, INFLATE = 42, 1.0
 SCHEDULER = "kubegpu-replay"
 
 
-def openb_dir() -> Path:
-    from kubegpu.sim.openb import DATA_DIR
+def synthetic_trace(n_nodes: int = 122, n_pods: int = 819, seed: int = 7) -> tuple[list[Any], list[Any]]:
+    """A cluster and pod list in the openb schema, drawn from a fixed seed: a mix of 8-, 4- and 2-GPU
+    nodes of three models, and shares, whole GPUs, multi-GPU and model-pinned pods, about openb's mix
+    (the trace itself is not redistributed, and placement equality does not depend on its numbers)."""
+    import numpy as np
 
-    env = os.environ.get("KUBEGPU_OPENB_DIR")
-    return Path(env) if env else DATA_DIR
+    from kubegpu.sim.trace import NodeRecord, PodRecord
+
+    rng = np.random.default_rng(seed)
+    kinds = [(8, "V100M32", 96000), (8, "G2", 128000), (4, "T4", 64000), (2, "P100", 64000)]
+    nodes = []
+    for i in range(n_nodes):
+        gpus, model, cpu = kinds[int(rng.choice(4, p=[0.35, 0.3, 0.2, 0.15]))]
+        nodes.append(NodeRecord(name=f"syn-node-{i:04d}", cpu_milli=cpu, memory_mib=1 << 19, gpu_count=gpus,
+                                gpu_model=model))  # fmt: skip
+    shares = (100, 250, 300, 460, 500, 810)
+    pods = []
+    for i in range(n_pods):
+        kind = float(rng.random())
+        if kind < 0.08:
+            num, milli = 0, 0
+        elif kind < 0.60:
+            num, milli = 1, int(rng.choice(shares))
+        elif kind < 0.85:
+            num, milli = 1, 1000
+        else:
+            num, milli = int(rng.choice([2, 4, 8])), 1000
+        spec = ("V100M32",) if num and rng.random() < 0.05 else ()
+        pods.append(PodRecord(name=f"syn-pod-{i:04d}", cpu_milli=int(rng.choice([2000, 4000, 8000, 12000])),
+                              memory_mib=int(rng.choice([4096, 16384])), num_gpu=num, gpu_milli=milli,
+                              gpu_spec=spec))  # fmt: skip
+    return nodes, pods
 
 
 @pytest.fixture
 def subset(tmp_path: Path) -> tuple[Path, Path]:
-    from kubegpu.sim.trace import load_nodes, load_pods, write_nodes, write_pods
+    from kubegpu.sim.trace import write_nodes, write_pods
 
-    data = openb_dir()
-    if not (data / NODES).exists() or not (data / PODS).exists():
-        pytest.fail(
-            f"the openb trace is not in {data} (KUBEGPU_OPENB_DIR names another folder?): "
-            "the kube replay test cannot run",
-            pytrace=False,
-        )
+    node_list, pod_list = synthetic_trace()
     nodes, pods = tmp_path / "nodes.csv", tmp_path / "pods.csv"
-    write_nodes(nodes, load_nodes(data / NODES)[::NODE_STEP])
-    write_pods(pods, load_pods(data / PODS)[::POD_STEP])
+    write_nodes(nodes, node_list)
+    write_pods(pods, pod_list)
     return nodes, pods
 
 

@@ -27,7 +27,7 @@ def register(app: typer.Typer) -> None:
 
     @sim_app.callback(
         invoke_without_command=True,
-        epilog="Examples: kubegpu sim (the openb trace that ships with kubegpu) · "
+        epilog="Examples: kubegpu sim (the openb trace in $KUBEGPU_OPENB_DIR) · "
         "kubegpu sim --nodes nodes.csv --pods pods.csv · "
         "kubegpu sim --nodes nodes.csv --pods pods.csv --policy fgd --policy kubegpu --seeds 42 --json · "
         "kubegpu sim variant --pods pods.csv --nodes nodes.csv --shared 0.4 -o variant.csv",
@@ -39,7 +39,7 @@ def register(app: typer.Typer) -> None:
             typer.Option(
                 "--nodes",
                 help="Node list CSV (sn, cpu_milli, memory_mib, gpu, model). "
-                "Default: the openb trace that ships with kubegpu.",
+                "Default: the openb trace in $KUBEGPU_OPENB_DIR.",
             ),
         ] = None,
         pods: Annotated[
@@ -47,7 +47,7 @@ def register(app: typer.Typer) -> None:
             typer.Option(
                 "--pods",
                 help="Pod list CSV (name, cpu_milli, memory_mib, num_gpu, gpu_milli[, gpu_spec, ...]). "
-                "Default: the openb trace that ships with kubegpu.",
+                "Default: the openb trace in $KUBEGPU_OPENB_DIR.",
             ),
         ] = None,
         policy: Annotated[
@@ -127,11 +127,11 @@ def register(app: typer.Typer) -> None:
     def variant(  # noqa: PLR0917 - typer maps each parameter to a flag
         output: Annotated[Path, typer.Option("--output", "-o", help="Where to write the variant pod list.")],
         pods: Annotated[
-            Path | None, typer.Option("--pods", help="Pod list to draw from. Default: the shipped trace.")
+            Path | None, typer.Option("--pods", help="Pod list to draw from. Default: $KUBEGPU_OPENB_DIR's.")
         ] = None,
         nodes: Annotated[
             Path | None,
-            typer.Option("--nodes", help="Node list (for GPU models and sizes). Default: the shipped trace."),
+            typer.Option("--nodes", help="Node list (GPU models and sizes). Default: $KUBEGPU_OPENB_DIR's."),
         ] = None,
         cpu_only: Annotated[
             float | None, typer.Option("--cpu-only", help="Fraction of pods without GPUs.")
@@ -202,7 +202,7 @@ def register(app: typer.Typer) -> None:
 
     @sim_app.command(
         "bound",
-        epilog="Examples: kubegpu sim bound (the shipped openb trace) · "
+        epilog="Examples: kubegpu sim bound (the trace in $KUBEGPU_OPENB_DIR) · "
         "kubegpu sim bound --nodes nodes.csv --pods pods.csv · "
         "kubegpu sim bound --nodes nodes.csv --pods pods.csv --seeds 42-51 --json",
     )
@@ -211,7 +211,7 @@ def register(app: typer.Typer) -> None:
             Path | None,
             typer.Option(
                 "--nodes",
-                help="Node list CSV (sn, cpu_milli, memory_mib, gpu, model). Default: the shipped trace.",
+                help="Node list CSV (sn, cpu_milli, memory_mib, gpu, model). Default: $KUBEGPU_OPENB_DIR's.",
             ),
         ] = None,
         pods: Annotated[
@@ -219,7 +219,7 @@ def register(app: typer.Typer) -> None:
             typer.Option(
                 "--pods",
                 help="Pod list CSV (name, cpu_milli, memory_mib, num_gpu, gpu_milli[, gpu_spec, ...]). "
-                "Default: the shipped trace.",
+                "Default: $KUBEGPU_OPENB_DIR's.",
             ),
         ] = None,
         seeds: Annotated[str, typer.Option("--seeds", help="Seeds: 42, 42-51 or 42,44.")] = "42-51",
@@ -283,12 +283,12 @@ def register(app: typer.Typer) -> None:
         ],
         nodes: Annotated[
             Path | None,
-            typer.Option("--nodes", help="Node list CSV; one kwok node each. Default: the shipped trace."),
+            typer.Option("--nodes", help="Node list CSV; one kwok node each. Default: $KUBEGPU_OPENB_DIR's."),
         ] = None,
         pods: Annotated[
             Path | None,
             typer.Option(
-                "--pods", help="Pod list CSV; arrivals as kubegpu sim draws them. Default: the shipped trace."
+                "--pods", help="Pod list CSV; arrivals as the sim draws them. Default: $KUBEGPU_OPENB_DIR's."
             ),
         ] = None,
         kubeconfig: Annotated[

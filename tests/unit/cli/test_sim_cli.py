@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -155,9 +156,8 @@ def test_bad_flags_are_input_errors(tmp_path: Path) -> None:
         res = run_cli("sim", "--nodes", str(nodes), "--pods", str(pods), *extra)
         assert res.returncode == 2, extra
         assert fragment in res.stderr and "Traceback" not in res.stderr
-    missing = tmp_path / "missing.csv"
-    res = run_cli("sim", "--pods", str(missing))  # the nodes default to the shipped trace's
-    assert res.returncode == 2 and str(missing) in res.stderr and "Traceback" not in res.stderr
+    res = run_cli("sim", "--pods", str(pods))
+    assert res.returncode == 2 and "--nodes" in res.stderr
 
 
 def test_variant_writes_a_loadable_pod_list_with_the_asked_mix(tmp_path: Path) -> None:
@@ -254,8 +254,31 @@ def test_kubegpu_plan_is_the_default_and_places_every_pod_kubegpu_places_on_a_cl
     assert doc["kubegpu-plan"]["failed_pods_by_shape"] == {} == doc["kubegpu"]["failed_pods_by_shape"]
 
 
-def test_without_nodes_and_pods_it_replays_the_shipped_openb_trace() -> None:
-    result = run_cli("sim", "--policy", "fgd", "--seeds", "42", "--inflate", "0.3", "--json")
+def test_without_nodes_and_pods_it_replays_the_trace_in_kubegpu_openb_dir(tmp_path: Path) -> None:
+    nodes, pods = trace_files(tmp_path)
+    nodes.rename(tmp_path / "openb_node_list_gpu_node.csv")
+    pods.rename(tmp_path / "openb_pod_list_default.csv")
+    env = {**os.environ, "KUBEGPU_OPENB_DIR": str(tmp_path)}
+    result = subprocess.run(
+        [sys.executable, "-m", "kubegpu", "sim", "--policy", "fgd", "--seeds", "1", "--json"],
+        capture_output=True, text=True, timeout=110, check=False, env=env,
+    )  # fmt: skip
     assert result.returncode == 0, result.stderr
     doc = json.loads(result.stdout)
-    assert (doc["nodes"], doc["pods"], doc["total_gpus"]) == (1213, 8152, 6212)
+    assert (doc["nodes"], doc["pods"]) == (len(NODES), len(PODS))
+
+
+def test_without_a_trace_it_names_the_flags_and_the_variable(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "KUBEGPU_OPENB_DIR"}
+    result = subprocess.run(
+        [sys.executable, "-m", "kubegpu", "sim", "--policy", "fgd"],
+        capture_output=True, text=True, timeout=110, check=False, env=env,
+    )  # fmt: skip
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert "--nodes" in result.stderr and "KUBEGPU_OPENB_DIR" in result.stderr
+    env["KUBEGPU_OPENB_DIR"] = str(tmp_path / "none")
+    result = subprocess.run(
+        [sys.executable, "-m", "kubegpu", "sim", "--policy", "fgd"],
+        capture_output=True, text=True, timeout=110, check=False, env=env,
+    )  # fmt: skip
+    assert result.returncode == 2 and "openb_node_list_gpu_node.csv: no such file" in result.stderr
