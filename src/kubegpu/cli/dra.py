@@ -44,19 +44,16 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Print the devices and attributes the driver would publish for a node source."""
         from kubegpu.model.dra import dra_devices
-        from kubegpu.sources.spec import NVML_SOURCE, host_node_name, load_node
+        from kubegpu.sources.spec import NVML_SOURCE, load_reading
 
-        if source == NVML_SOURCE:  # what `kubegpu dra serve --nvml` publishes on this host
+        reading = load_reading(source)
+        node = reading.node
+        roots: dict[int, str] = {}
+        if source == NVML_SOURCE:  # this host's GPUs are in its sysfs; a spec's bus IDs name no device here
             from kubegpu.dra.service import pcie_root
-            from kubegpu.sources.nvml import read_host
 
-            reading = read_host(host_node_name())
-            node = reading.node
             roots = {g.index: r for g in node.gpus if (r := pcie_root(g.pci_bus_id)) is not None}
-            found = dra_devices(node, driver_version=reading.driver or None, pcie_roots=roots)
-        else:
-            node = load_node(source)
-            found = dra_devices(node)
+        found = dra_devices(node, driver_version=reading.driver or None, pcie_roots=roots)
         if json_out:
             print_json([d.to_api() for d in found])
             return

@@ -39,18 +39,11 @@ def register(app: typer.Typer) -> None:
         from kubegpu.deviceplugin.config import load_config
         from kubegpu.deviceplugin.inventory import build_inventory
         from kubegpu.node.labels import DriverVersions
-        from kubegpu.sources.spec import NVML_SOURCE, host_node_name, load_node
+        from kubegpu.sources.spec import load_reading
 
-        versions = None
-        if source == NVML_SOURCE:
-            from kubegpu.sources.nvml import read_host
-
-            reading = read_host(host_node_name())
-            node = reading.node
-            if reading.driver:
-                versions = DriverVersions(driver=reading.driver, cuda=reading.cuda)
-        else:
-            node = load_node(source)
+        reading = load_reading(source)
+        node = reading.node
+        versions = DriverVersions(driver=reading.driver, cuda=reading.cuda) if reading.driver else None
         config = load_config(config_file)
         build_inventory(node, config)  # the agent refuses a config that does not fit the node: so do we
         result = labels_for(node, config, versions=versions)

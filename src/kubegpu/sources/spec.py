@@ -26,6 +26,7 @@ from kubegpu.model.gpu import gpu_model
 from kubegpu.model.mig import validate_layout
 from kubegpu.model.node import Gpu, GpuUuid, MigInstance, Node, uuid_problem
 from kubegpu.model.topology import Link, LinkKind, Topology, default_link_cost
+from kubegpu.sources.nvml import HostReading
 from kubegpu.sources.yamlfile import LocatedDoc, load_located
 
 __all__ = ["builtin_names", "load_node", "parse_spec", "stable_uuid"]
@@ -98,12 +99,25 @@ def load_node(source: str, *, node_name: str | None = None, gpu_model_name: str 
     ``gpu_model_name`` names the GPU model of a capture (which names none itself); a node spec names
     its own models, so giving it with one is an error.
     """
+    return load_reading(source, node_name=node_name, gpu_model_name=gpu_model_name).node
+
+
+def load_reading(
+    source: str, *, node_name: str | None = None, gpu_model_name: str | None = None
+) -> HostReading:
+    """``load_node``'s node with the driver and CUDA versions: NVML's for ``nvml``, none ("", None)
+    for a spec or capture (they name no driver)."""
     if source == NVML_SOURCE:
         if gpu_model_name is not None:
             raise SpecError("nvml: NVML names the GPU models itself; --gpu-model is for nvidia-smi captures")
         from kubegpu.sources.nvml import read_host
 
-        return read_host(node_name or host_node_name()).node
+        return read_host(node_name or host_node_name())
+    node = _load_described(source, node_name=node_name, gpu_model_name=gpu_model_name)
+    return HostReading(node=node, driver="", cuda=None)
+
+
+def _load_described(source: str, *, node_name: str | None, gpu_model_name: str | None) -> Node:
     text, origin = _read_source(source)
     from kubegpu.sources.smi_topo import looks_like_capture, node_from_capture
 
