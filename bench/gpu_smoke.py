@@ -73,7 +73,8 @@ class Smoke:
     def run(self, name: str, argv: list[str], timeout: float = 60) -> Step:
         step = Step(name=name, argv=argv)
         t0 = time.monotonic()
-        print(f"[smoke] {name}: {' '.join(argv)}", flush=True)
+        shown = " ".join(argv).splitlines()[0][:160]
+        print(f"[smoke] {name}: {shown}", flush=True)
         try:
             proc = subprocess.run(
                 argv, capture_output=True, text=True, env=self.env, timeout=timeout, check=False
@@ -244,12 +245,27 @@ def agent_step(smoke: Smoke, workdir: Path, seconds: float) -> None:
     report["agent_exit"] = agent.returncode
     text = log_path.read_text(errors="replace")
     report["tracebacks_in_log"] = text.count("Traceback")
+    report["health_watch"] = health_watch(text)
     smoke.logs.append(f"===== agent log\n{text[-20000:]}")
     smoke.results["agent"] = report
+    armed = report["health_watch"]
     ok = bool(report.get("registered_s") is not None and report.get("agent_running_at_end")
-              and not report["tracebacks_in_log"])  # fmt: skip
+              and not report["tracebacks_in_log"] and armed is not None and not armed["failing"]
+              and len(armed["events"]) == len(smoke.results.get("topo", {}).get("gpus", [])))  # fmt: skip
     smoke.steps.append(Step(name="agent", argv=["kubegpu", "agent", "--nvml"], returncode=0 if ok else 1,
                             seconds=time.monotonic() - t0))  # fmt: skip
+
+
+def health_watch(agent_log: str) -> dict[str, Any] | None:
+    """The agent's "NVML health watch armed" record (event kinds registered per GPU), or None."""
+    for line in agent_log.splitlines():
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(record, dict) and record.get("msg") == "NVML health watch armed":
+            return {"events": record.get("events", {}), "failing": record.get("failing", [])}
+    return None
 
 
 # -- the dry run's stand-ins -----------------------------------------------------------------------
@@ -306,7 +322,10 @@ def summary(smoke: Smoke, rows: list[dict[str, Any]], dry_run: str | None) -> st
             f"agent: registered after {agent.get('registered_s')} s, {len(health)} device(s), {healthy} "
             f"healthy at the end, {agent.get('metrics_series', 0)} DCGM series, "
             f"tracebacks {agent.get('tracebacks_in_log')}",
+            f"health watch: {json.dumps(agent.get('health_watch'))}",
         ]
+    if "preflight" in smoke.results:
+        lines += ["", f"**stopped before the GPU steps:** {smoke.results['preflight']}"]
     return "\n".join(lines) + "\n"
 
 
@@ -331,10 +350,8 @@ def main(argv: list[str] | None = None) -> int:
         env["PYTHONPATH"] = os.pathsep.join([str(REPO / "src"), str(REPO), env.get("PYTHONPATH", "")])
         env["PYTHONUNBUFFERED"] = "1"
         smoke = Smoke(out=args.out, env=env, python=args.python)
-        probe = (
-            "import sys, pynvml, kubegpu; print(sys.version.split()[0], pynvml.__file__, kubegpu.__file__)"
-        )
-        smoke.run("versions", [args.python, "-c", probe])
+        if not preflight(smoke):
+            return finish(smoke, [], args, t0)
         smi = shutil.which("nvidia-smi", path=env["PATH"]) or "nvidia-smi"
         smi_step = smoke.run("nvidia-smi -q -x", [smi, "-q", "-x"], timeout=60)
         (args.out / "nvidia-smi.xml").write_text(smi_step.stdout)
@@ -351,15 +368,55 @@ def main(argv: list[str] | None = None) -> int:
                                smoke.results.get("dra devices", []))  # fmt: skip
             except ET.ParseError as exc:
                 smoke.logs.append(f"nvidia-smi -q -x is not XML: {exc}")
-        smoke.results["comparison"] = rows
-        smoke.results["steps"] = [{"name": s.name, "exit": s.returncode, "seconds": round(s.seconds, 2)}
-                                  for s in smoke.steps]  # fmt: skip
-        smoke.results["total_seconds"] = round(time.monotonic() - t0, 1)
-        (args.out / "results.json").write_text(json.dumps(smoke.results, indent=2, default=str))
-        (args.out / "logs.txt").write_text("\n".join(smoke.logs))
-        text = summary(smoke, rows, args.standin)
-        (args.out / "summary.md").write_text(text)
-        print(text)
+        return finish(smoke, rows, args, t0)
+
+
+def preflight(smoke: Smoke) -> bool:
+    """Can the interpreter run kubegpu at all? One import probe (every module the steps need, with
+    versions) and one CLI command through typer; if either fails, the run stops here with one reason
+    instead of the same ImportError in every step (the first real run met typer without pydantic)."""
+    probe = (
+        "import importlib, importlib.metadata as md, json, sys\n"
+        "mods = ['pynvml', 'grpc', 'google.protobuf', 'yaml', 'typer', 'pydantic', 'rich', 'numpy',\n"
+        "        'prometheus_client', 'urllib3', 'kubegpu.deviceplugin.server', 'kubegpu.metrics.server']\n"
+        "missing = []\n"
+        "for m in mods:\n"
+        "    try:\n"
+        "        importlib.import_module(m)\n"
+        "    except ImportError as e:\n"
+        "        missing.append(f'{m}: {e}')\n"
+        "if missing:\n"
+        "    sys.exit('cannot import ' + '; '.join(missing))\n"
+        "dists = ['nvidia-ml-py', 'grpcio', 'protobuf', 'PyYAML', 'typer', 'pydantic', 'rich', 'numpy',\n"
+        "         'prometheus-client', 'urllib3']\n"
+        "print(json.dumps({'python': sys.version.split()[0],\n"
+        "                  **{d: md.version(d) for d in dists}}))\n"
+    )
+    versions = smoke.run("versions", [smoke.python, "-c", probe])
+    if versions.ok:
+        smoke.results["versions"] = json.loads(versions.stdout)
+        if smoke.kubegpu("cli", "topo", "builtin:seed-8gpu", "--json").ok:
+            return True
+    reason = (versions.stderr if not versions.ok else smoke.steps[-1].stderr).strip().splitlines()
+    smoke.results["preflight"] = (
+        f"{smoke.python} cannot run kubegpu: {reason[-1] if reason else 'no output'}. On a machine "
+        "without a package registry, carry the wheels: bench/gpu_smoke_wheels.sh (docs/gpu-smoke.md)."
+    )
+    print(f"[smoke] {smoke.results['preflight']}", file=sys.stderr, flush=True)
+    return False
+
+
+def finish(smoke: Smoke, rows: list[dict[str, Any]], args: argparse.Namespace, t0: float) -> int:
+    """Write the five files; exit 0 when every step ran and NVML agrees with nvidia-smi on identity."""
+    smoke.results["comparison"] = rows
+    smoke.results["steps"] = [{"name": s.name, "exit": s.returncode, "seconds": round(s.seconds, 2)}
+                              for s in smoke.steps]  # fmt: skip
+    smoke.results["total_seconds"] = round(time.monotonic() - t0, 1)
+    (args.out / "results.json").write_text(json.dumps(smoke.results, indent=2, default=str))
+    (args.out / "logs.txt").write_text("\n".join(smoke.logs))
+    text = summary(smoke, rows, args.standin)
+    (args.out / "summary.md").write_text(text)
+    print(text)
     failed = [s.name for s in smoke.steps if not s.ok]
     disagree = [r["field"] for r in rows if r["identity"] and not r["agree"]]
     if failed or disagree or not rows:

@@ -16,6 +16,11 @@ from kubegpu.errors import InputError
 from kubegpu.model.dra import DeviceOrder
 
 
+def _cell(value: int | bool | str | None) -> str:
+    """A device attribute in a table: ``-`` where the device has none (as ``kubegpu topo`` shows it)."""
+    return "-" if value is None else str(value)
+
+
 def _order(text: str) -> DeviceOrder:
     try:
         return DeviceOrder(text)
@@ -65,9 +70,7 @@ def register(app: typer.Typer) -> None:
                 d.name,
                 str(d.kind),
                 d.uuid,
-                str(d.attribute("nvlinkDomain")),
-                str(d.attribute("nvlinkClique")),
-                str(d.attribute("numaNode")),
+                *(_cell(d.attribute(key)) for key in ("nvlinkDomain", "nvlinkClique", "numaNode")),
                 f"{d.memory_mib} MiB",
             )
         console.print(table)

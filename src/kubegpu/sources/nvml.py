@@ -209,11 +209,32 @@ def _memory_use(info: Any) -> MemoryUse:
 
 
 def _numa_node(bus_id: str, sysfs: Path) -> int | None:
+    """The GPU's NUMA node from sysfs. The kernel writes -1 where the firmware names none (virtual
+    machines, single-socket hosts); on a host with one online NUMA node that node is the GPU's, as
+    ``nvidia-smi topo -m`` reports it (seen on a real H200 VM: sysfs -1, nvidia-smi 0)."""
     try:
         value = int((sysfs / "bus/pci/devices" / sysfs_bus_id(bus_id) / "numa_node").read_text().strip())
     except (OSError, ValueError):
         return None
-    return value if value >= 0 else None
+    if value >= 0:
+        return value
+    try:
+        online = (sysfs / "devices/system/node/online").read_text().strip()
+    except OSError:
+        return None
+    return int(online) if online.isdigit() else None
+
+
+_EVENT_NAMES = {
+    "nvmlEventTypeXidCriticalError": "xid",
+    "nvmlEventTypeDoubleBitEccError": "ecc-double-bit",
+    "nvmlEventTypeSingleBitEccError": "ecc-single-bit",
+}
+
+
+def _event_names(mask: int, nv: Any) -> list[str]:
+    """The event kinds in an NVML event mask, by the NVML module's own constants."""
+    return [name for attr, name in _EVENT_NAMES.items() if mask & int(getattr(nv, attr, 0))]
 
 
 class NvmlSource:
@@ -223,6 +244,7 @@ class NvmlSource:
         self._nvml = nvml
         self._sysfs = sysfs
         self._handles: list[Any] = []
+        self._registered: dict[int, int] = {}  # GPU index -> event mask registered this watch session
         self._model: GpuModel | None = None
 
     @classmethod
@@ -564,6 +586,7 @@ class NvmlSource:
                 raise
             log.warning("health events not supported", extra={"gpu": i})
             return ""
+        self._registered[i] = wanted & supported
         return uuid
 
     def _watch_session(
@@ -605,7 +628,15 @@ class NvmlSource:
                     if i in unwatched:
                         pending.add(i)
 
+            self._registered.clear()
             register(range(len(self._handles)))
+            log.info(
+                "NVML health watch armed",
+                extra={
+                    "events": {str(i): _event_names(m, nv) for i, m in sorted(self._registered.items())},
+                    "failing": sorted(failing),
+                },
+            )
             while not stop.is_set():
                 if failing and clock() >= retry_at:
                     register(set(failing))

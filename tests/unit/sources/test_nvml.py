@@ -136,6 +136,44 @@ def test_read_node_maps_nvml_to_the_model(tmp_path: Path) -> None:
     assert link.kind is LinkKind.NVLINK and link.nvlinks == 18
 
 
+@pytest.mark.parametrize(
+    ("numa_node", "online", "expected"),
+    [
+        ("1\n", "0-1\n", 1),  # the firmware names the node
+        ("-1\n", "0\n", 0),  # none named, one node online: that one (a real H200 VM; nvidia-smi says 0)
+        ("-1\n", "0-1\n", None),  # none named on a two-node host: unknown, not guessed
+        ("-1\n", None, None),  # no node list at all
+    ],
+)
+def test_a_gpu_whose_sysfs_numa_node_is_minus_one_is_on_the_only_online_node(
+    tmp_path: Path, numa_node: str, online: str | None, expected: int | None
+) -> None:
+    (tmp_path / "bus/pci/devices/0000:2a:00.0").mkdir(parents=True)
+    (tmp_path / "bus/pci/devices/0000:2a:00.0/numa_node").write_text(numa_node)
+    if online is not None:
+        (tmp_path / "devices/system/node").mkdir(parents=True)
+        (tmp_path / "devices/system/node/online").write_text(online)
+    node = NvmlSource.open(FakeNvml(), sysfs=tmp_path).read_node("n1")
+    assert [g.numa_node for g in node.gpus] == [None, expected]
+
+
+def test_the_health_watch_logs_which_events_it_armed_per_gpu(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="kubegpu.sources.nvml")
+    fake = FakeNvml()
+    source = NvmlSource.open(fake)
+    source.read_node("n1")
+    stop = threading.Event()
+    fake.stop = stop
+    source.watch_health(stop, lambda _e: None)
+    armed = [r for r in caplog.records if r.getMessage() == "NVML health watch armed"]
+    assert len(armed) == 1
+    assert armed[0].__dict__["events"] == {
+        "0": ["xid", "ecc-double-bit", "ecc-single-bit"],
+        "1": ["xid", "ecc-double-bit", "ecc-single-bit"],
+    }
+    assert armed[0].__dict__["failing"] == []
+
+
 def test_watch_health_turns_xid_events_into_gpu_events() -> None:
     fake = FakeNvml()
     fake.events = [SimpleNamespace(eventType=8, eventData=79, device=1)]

@@ -139,6 +139,7 @@ CASES = [
         pick=(4, (2, 3, 4, 5, 6, 7), (4, 5, 6, 7)),  # all SYS: only NUMA separates the sets
     ),
     Case("tesla-p4-1gpu-hami-99.txt", 1, (), numa=(None,), cpu={0: "0-7"}, pick=(1, None, (0,))),
+    Case("h200-1gpu-firecracker-vm.txt", 1, (), numa=(0,), cpu={0: "0-15"}, pick=(1, None, (0,))),
     Case(
         "rtx5090-2gpu-club3090-1229.txt",
         2,
