@@ -21,19 +21,20 @@ demo: $(STAMP)
 	$(BIN)/kubegpu demo
 
 ## The whole test command: helm (for the chart checks), everything in `check`, the e2e suite
-## (docs/testing.md), then the image's reproducibility check (docs/deploy.md). The rig's binaries
-## build (niced, log in build/rig-build.log) while helm and `check` run, so a cold run overlaps the
-## Go compile with the Python tests instead of paying for both in turn.
+## (docs/testing.md), then the image's reproducibility check (docs/deploy.md). Three things overlap on
+## the two cores: the rig's binaries build (niced, log in build/rig-build.log) while helm is built; the
+## e2e suite starts as soon as the rig is built, and `check` as soon as helm is (log in build/check.log,
+## its summary printed when it ends). Cold, `check` runs beside the Go build; warm, beside e2e. The
+## tests that prove the e2e session refuses a host whose ports are held run just before e2e, in its
+## lane, since holding the kubelet's port would break e2e's kubelet restarts.
+RIG_SESSION_TESTS := tests/integration/rig/test_e2e_session.py
+
 test:
-	$(MAKE) --no-print-directory -j3 test-prepare
-	$(MAKE) --no-print-directory e2e image-reproducible
+	$(MAKE) --no-print-directory -j3 test-parallel
+	$(MAKE) --no-print-directory image-reproducible
 
-.PHONY: test-prepare rig-build-background check-after-helm
-test-prepare: rig-build-background check-after-helm
-
-## `check` needs helm for the chart checks, so it starts once helm is built.
-check-after-helm: helm
-	$(MAKE) --no-print-directory check
+.PHONY: test-parallel rig-build-background e2e-after-rig check-after-helm check-beside test-rig-session
+test-parallel: e2e-after-rig check-after-helm
 
 rig-build-background:
 	@mkdir -p build
@@ -43,6 +44,26 @@ rig-build-background:
 	else \
 		tail -n 40 build/rig-build.log; echo "[test] the rig build failed (build/rig-build.log)"; exit 1; \
 	fi
+
+e2e-after-rig: rig-build-background $(STAMP)
+	$(MAKE) --no-print-directory test-rig-session e2e
+
+## `check` needs helm for the chart checks, so it starts once helm is built.
+check-after-helm: helm $(STAMP)
+	@mkdir -p build
+	@echo "[test] make check beside the rig build or e2e (log: build/check.log)"
+	@start=$$(date +%s); \
+	if $(MAKE) --no-print-directory check-beside >build/check.log 2>&1; then \
+		echo "[test] check: $$(tail -n 1 build/check.log) (wall $$(( $$(date +%s) - start )) s)"; \
+	else \
+		tail -n 80 build/check.log; echo "[test] make check failed (build/check.log)"; exit 1; \
+	fi
+
+check-beside: $(STAMP) lint typecheck
+	$(BIN)/python -m pytest -q tests --deselect $(RIG_SESSION_TESTS)
+
+test-rig-session: $(STAMP)
+	$(BIN)/python -m pytest -q $(RIG_SESSION_TESTS)
 
 ## Lint, types, layer contracts, unit and integration tests: no root, no cluster.
 check: $(STAMP) lint typecheck

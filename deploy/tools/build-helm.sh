@@ -13,22 +13,12 @@
 # verified; a cached one that does not run or reports another version is rebuilt. A warm run returns at once.
 set -euo pipefail
 
-if [ -z "${HOME:-}" ]; then
-  HOME="$(getent passwd "$(id -u)" | cut -d: -f6)"
-  export HOME
-fi
+LOG_TAG=helm-build
+# shellcheck source=gobuild.sh
+source "$(dirname "${BASH_SOURCE[0]}")/gobuild.sh"
 
 HELM_VERSION="${KUBEGPU_HELM_VERSION:-v3.22.0}"
-CACHE="${KUBEGPU_RIG_CACHE:-$HOME/.cache/kubegpu-rig}"
-GO="${GO:-$(command -v go || echo /usr/local/go/bin/go)}"
-export GOFLAGS="${GOFLAGS:-} ${KUBEGPU_RIG_GOFLAGS-} -gcflags=all=-dwarf=false -buildvcs=false"
-export CGO_ENABLED=0
-export GOTOOLCHAIN="${GOTOOLCHAIN:-local}"
-NICE="${KUBEGPU_RIG_NICE:-15}"
 OUT="$CACHE/bin/helm-$HELM_VERSION/helm"
-
-log() { printf '[helm-build %s] %s\n' "$(date -u +%H:%M:%S)" "$*" >&2; }
-die() { log "FAILED: $*"; exit 1; }
 
 reported_version() {
   [[ -x "$1" ]] || return 0
@@ -36,35 +26,8 @@ reported_version() {
 }
 version_ok() { [[ "$(reported_version "$1")" == "$HELM_VERSION" ]]; }
 
-# A long step in the background with a progress line every $KUBEGPU_RIG_PROGRESS_S seconds (default 30),
-# as tests/e2e/rig/build.sh does: a cold helm build takes about 11 minutes.
-PROGRESS_S="${KUBEGPU_RIG_PROGRESS_S:-30}"
-CHILD=""
-trap '[[ -n "$CHILD" ]] && kill "$CHILD" 2>/dev/null; exit 130' INT TERM
-with_progress() {
-  local what=$1; shift
-  local t0=$SECONDS next=$PROGRESS_S rc=0
-  "$@" &
-  CHILD=$!
-  while kill -0 "$CHILD" 2>/dev/null; do
-    sleep 0.2
-    if (( SECONDS - t0 >= next )); then
-      log "$what: still running ($((SECONDS - t0)) s)"
-      next=$((next + PROGRESS_S))
-    fi
-  done
-  wait "$CHILD" || rc=$?
-  CHILD=""
-  return "$rc"
-}
-
 [[ -x "$GO" ]] || die "no Go toolchain (looked for 'go' on PATH and at $GO)"
-mkdir -p "$CACHE"
-exec 9>"$CACHE/.helm-build.lock"
-if ! flock -n 9; then
-  log "another helm build holds $CACHE/.helm-build.lock; waiting for it"
-  flock 9
-fi
+lock_wait "$CACHE/.helm-build.lock" "helm build"
 if version_ok "$OUT"; then
   log "helm $HELM_VERSION: cached"
   echo "$OUT"

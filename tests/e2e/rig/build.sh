@@ -24,14 +24,9 @@
 # Long `go build` steps print a progress line at least every 30 s.
 set -euo pipefail
 
-# Go needs a home for its module and build caches; CI may run with a bare environment.
-if [ -z "${HOME:-}" ]; then
-  HOME="$(getent passwd "$(id -u)" | cut -d: -f6)"
-  export HOME
-fi
-
-log() { printf '[rig-build %s] %s\n' "$(date -u +%H:%M:%S)" "$*" >&2; }
-die() { log "FAILED: $*"; exit 1; }
+LOG_TAG=rig-build
+# shellcheck source=../../../deploy/tools/gobuild.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../../../deploy/tools/gobuild.sh"
 
 # versions.env: NAME=value lines; a variable already set in the environment wins.
 VERSIONS_FILE="${KUBEGPU_RIG_VERSIONS_FILE:-$(dirname "${BASH_SOURCE[0]}")/versions.env}"
@@ -48,17 +43,6 @@ K8S_VERSION="$KUBEGPU_RIG_K8S_VERSION"
 ETCD_VERSION="$KUBEGPU_RIG_ETCD_VERSION"
 CONTAINERD_VERSION="$KUBEGPU_RIG_CONTAINERD_VERSION"
 KWOK_VERSION="$KUBEGPU_RIG_KWOK_VERSION"
-CACHE="${KUBEGPU_RIG_CACHE:-$HOME/.cache/kubegpu-rig}"
-GO="${GO:-$(command -v go || echo /usr/local/go/bin/go)}"
-# Low priority (nice 15: `make test` runs this build beside the unit and integration tests, which keep
-# the cores they need), Go's own parallelism (-p = the core count), and no DWARF from the compiler (the
-# linker strips it anyway with -s -w; not generating it cuts about a tenth of the compile time).
-# KUBEGPU_RIG_GOFLAGS adds flags, e.g. -p=1 on a machine shared with other work.
-export GOFLAGS="${GOFLAGS:-} ${KUBEGPU_RIG_GOFLAGS-} -gcflags=all=-dwarf=false -buildvcs=false"
-export CGO_ENABLED=0
-export GOTOOLCHAIN="${GOTOOLCHAIN:-local}"
-NICE="${KUBEGPU_RIG_NICE:-15}"
-PROGRESS_S="${KUBEGPU_RIG_PROGRESS_S:-30}"
 
 K8S_BIN="$CACHE/bin/k8s-$K8S_VERSION"
 ETCD_BIN="$CACHE/bin/etcd-$ETCD_VERSION"
@@ -89,27 +73,6 @@ version_ok() {
   local got
   got="$(reported_version "$1" "${3:-}")"
   [[ -n "$got" && ( "$got" == "$2" || "v$got" == "$2" ) ]]
-}
-
-# Run a long command in the background, printing a progress line every $PROGRESS_S seconds.
-CHILD=""
-trap '[[ -n "$CHILD" ]] && kill "$CHILD" 2>/dev/null; exit 130' INT TERM
-with_progress() {
-  local what=$1; shift
-  local t0=$SECONDS next=$PROGRESS_S rc=0
-  "$@" &
-  local pid=$!
-  CHILD=$pid
-  while kill -0 "$pid" 2>/dev/null; do
-    sleep 0.2
-    if (( SECONDS - t0 >= next )); then
-      log "$what: still running ($((SECONDS - t0)) s)"
-      next=$((next + PROGRESS_S))
-    fi
-  done
-  wait "$pid" || rc=$?
-  CHILD=""
-  return "$rc"
 }
 
 # Build one binary atomically: compile to a temporary file beside the final path, check it, rename.
@@ -313,18 +276,8 @@ verify_all() {
 }
 
 # Take the lock of one output directory (fd 9) before building into it; unlock_dir releases it.
-lock_dir() {
-  local lock
-  lock="$CACHE/.build-$(basename "$1").lock"
-  mkdir -p "$CACHE"
-  exec 9>"$lock"
-  if ! flock -n 9; then
-    log "another rig build holds $lock; waiting for it"
-    flock 9
-    log "the other build finished; checking what it left"
-  fi
-}
-unlock_dir() { exec 9>&-; }
+lock_dir() { lock_wait "$CACHE/.build-$(basename "$1").lock" "rig build"; }
+unlock_dir() { unlock; }
 
 case "${1:-all}" in
   all | etcd | k8s | containerd | kwok) ;;
