@@ -46,7 +46,8 @@ rig-build-background:
 	fi
 
 e2e-after-rig: rig-build-background $(STAMP)
-	$(MAKE) --no-print-directory test-rig-session e2e
+	$(MAKE) --no-print-directory test-rig-session
+	$(MAKE) --no-print-directory e2e
 
 ## `check` needs helm for the chart checks, so it starts once helm is built.
 check-after-helm: helm $(STAMP)
