@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from openb import NODES, PODS, default_data_dir
+from openb import NODES, PODS, default_data_dir, trace_missing
 
 from kubegpu.extender.handlers import Extender
 from kubegpu.extender.ledger import Ledger
@@ -181,8 +181,7 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=42)
     parser.add_argument("--inflate", type=float, default=1.3)
     args = parser.parse_args()
-    if not (args.data / NODES).exists() or not (args.data / PODS).exists():
-        print(f"openb trace not found in {args.data} (set KUBEGPU_OPENB_DIR); nothing measured")
+    if trace_missing(args.data, "extender_filter"):
         return 0
     for policy in args.policy or ["kubegpu-plan"]:
         run(args.data, policy, args.seed, args.inflate)

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from openb import NODES, PODS, default_data_dir
+from openb import NODES, PODS, default_data_dir, trace_missing
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -148,8 +148,7 @@ def main() -> int:
     parser.add_argument("--plot", type=Path, default=None, help="PNG: allocated GPU %% vs arrived %%")
     parser.add_argument("--json", type=Path, default=None, help="write every figure here")
     args = parser.parse_args()
-    if not (args.data / NODES).exists() or not (args.data / PODS).exists():
-        print(f"openb trace not found in {args.data} (set KUBEGPU_OPENB_DIR); nothing measured")
+    if trace_missing(args.data, "kube_replay"):
         return 0
     # a background job started by a shell ignores SIGINT: make SIGINT and SIGTERM stop the run with its
     # clean-up (scheduler, extender, kwok, the rig if it was started here)

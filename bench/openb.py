@@ -1,7 +1,8 @@
-"""Where the benchmark scripts find the openb trace: ``KUBEGPU_OPENB_DIR``, else the team's copy in the
-shared data folder beside the checkout. The trace is not redistributed with kubegpu (its publisher
-allows research and study use with citation), so it is never copied into the repository; without it
-each benchmark prints why and exits 0.
+"""Where the benchmark scripts find the openb trace: ``--data DIR``, else ``KUBEGPU_OPENB_DIR``.
+
+The trace is not redistributed with kubegpu (its publisher allows research and study use with
+citation), so it is never copied into the repository, and no benchmark looks for it anywhere by
+itself: without a folder named one of those two ways, each prints how to give it and exits 0.
 """
 
 from __future__ import annotations
@@ -12,9 +13,21 @@ from pathlib import Path
 from kubegpu.sim.openb import ENV, NODES_FILE, PODS_FILE
 
 NODES, PODS = NODES_FILE, PODS_FILE
-SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "openb"
 
 
-def default_data_dir() -> Path:
+def default_data_dir() -> Path | None:
+    """``KUBEGPU_OPENB_DIR``, or None."""
     env = os.environ.get(ENV)
-    return Path(env) if env else SHARED_DATA
+    return Path(env) if env else None
+
+
+def trace_missing(data: Path | None, tool: str) -> bool:
+    """True, after saying why, when ``data`` does not hold the trace's node and pod lists."""
+    if data is None:
+        print(f"{tool}: skipped: no openb trace given (set {ENV}=DIR or pass --data DIR; the trace is not")
+        print(f"{tool}: part of kubegpu: its publisher allows research use, see docs/sim.md)")
+        return True
+    if not (data / NODES).is_file() or not (data / PODS).is_file():
+        print(f"{tool}: skipped: {data} does not hold {NODES} and {PODS}")
+        return True
+    return False

@@ -20,7 +20,7 @@ import sys
 import time
 from pathlib import Path
 
-from openb import NODES, PODS, default_data_dir
+from openb import NODES, PODS, default_data_dir, trace_missing
 
 from kubegpu.sim.curves import PolicySummary
 from kubegpu.sim.replay import TieMode
@@ -50,10 +50,9 @@ def main() -> int:
     ap.add_argument("--smoke", action="store_true", help="one seed (42), tolerance 1.0 point")
     ap.add_argument("--ties", default="node-order,random", help="tie modes to run, comma-separated")
     args = ap.parse_args()
-    nodes, pods = args.data / NODES, args.data / PODS
-    if not nodes.is_file() or not pods.is_file():
-        print(f"sim_fidelity: skipped: no default trace in {args.data} (set KUBEGPU_OPENB_DIR or --data)")
+    if trace_missing(args.data, "sim_fidelity"):
         return 0
+    nodes, pods = args.data / NODES, args.data / PODS
     seeds = (42,) if args.smoke else parse_seeds(args.seeds)
     loose = 1.0 if args.smoke else None
     workload = prepare(load_trace(nodes, pods))

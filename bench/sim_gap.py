@@ -41,7 +41,7 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
-from openb import NODES, PODS, default_data_dir
+from openb import NODES, PODS, default_data_dir, trace_missing
 
 import kubegpu.sim.bound as bound_module
 import kubegpu.sim.online_bound as online_module
@@ -124,10 +124,9 @@ def main() -> int:
     ap.add_argument("--no-bound-cache", action="store_true", help="solve every bound, store none")
     args = ap.parse_args()
     cache = None if args.no_bound_cache else args.bound_cache
-    nodes_path, pods_path = args.data / NODES, args.data / PODS
-    if not nodes_path.is_file() or not pods_path.is_file():
-        print(f"sim_gap: skipped: no default trace in {args.data} (set KUBEGPU_OPENB_DIR or --data)")
+    if trace_missing(args.data, "sim_gap"):
         return 0
+    nodes_path, pods_path = args.data / NODES, args.data / PODS
     seeds = parse_seeds("0-9" if args.tune else "100-109" if args.held_out else args.seeds)
     names = [v.strip() for v in args.variants.split(",") if v.strip()]
     unknown = [v for v in names if v not in VARIANTS]

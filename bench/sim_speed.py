@@ -35,7 +35,7 @@ import sys
 import time
 from pathlib import Path
 
-from openb import NODES, PODS, default_data_dir
+from openb import NODES, PODS, default_data_dir, trace_missing
 
 
 def kubegpu(*args: str, src: Path | None = None) -> tuple[float, float, dict[str, object]]:
@@ -126,12 +126,9 @@ def main() -> int:
     ap.add_argument("--baseline", type=Path, help="also measure the kubegpu package in this src folder")
     ap.add_argument("--skip-all", action="store_true", help="only the one-seed measurement")
     args = ap.parse_args()
-    nodes, pods = args.data / NODES, args.data / PODS
-    if not nodes.is_file() or not pods.is_file():
-        print(
-            f"sim_speed: skipped: the default trace is not in {args.data} (set KUBEGPU_OPENB_DIR or --data)"
-        )
+    if trace_missing(args.data, "sim_speed"):
         return 0
+    nodes, pods = args.data / NODES, args.data / PODS
     base = ["--nodes", str(nodes), "--pods", str(pods)]
     ones_args = {
         "kubegpu-plan": [*base, "--policy", "kubegpu-plan", "--seeds", "42"],

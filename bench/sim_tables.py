@@ -26,7 +26,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from openb import NODES, PODS, default_data_dir
+from openb import NODES, PODS, default_data_dir, trace_missing
 from sim_fidelity import PUBLISHED, TOLERANCE
 
 from kubegpu.sim.curves import PolicySummary
@@ -296,10 +296,9 @@ def main() -> int:
         "--variant-ties", default="node-order,random", help="variants: tie modes, comma-separated"
     )
     args = ap.parse_args()
-    nodes, pods = args.data / NODES, args.data / PODS
-    if not nodes.is_file() or not pods.is_file():
-        print(f"sim_tables: skipped: no default trace in {args.data} (set KUBEGPU_OPENB_DIR or --data)")
+    if trace_missing(args.data, "sim_tables"):
         return 0
+    nodes, pods = args.data / NODES, args.data / PODS
     only = {s.strip() for s in args.only.split(",") if s.strip()}
     unknown = only - set(SECTIONS)
     if unknown:

@@ -15,7 +15,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from openb import NODES, PODS, default_data_dir
+from openb import NODES, PODS, default_data_dir, trace_missing
 
 from kubegpu.sim.replay import TieMode
 from kubegpu.sim.run import SimRequest, parse_seeds, run_all, summarise_all
@@ -38,10 +38,9 @@ def main() -> int:
     ap.add_argument("--seeds", default="42-51")
     ap.add_argument("--workers", type=int, default=2)
     args = ap.parse_args()
-    nodes_path, pods_path = args.data / NODES, args.data / PODS
-    if not nodes_path.is_file() or not pods_path.is_file():
-        print(f"sim_variants: skipped: no default trace in {args.data} (set KUBEGPU_OPENB_DIR or --data)")
+    if trace_missing(args.data, "sim_variants"):
         return 0
+    nodes_path, pods_path = args.data / NODES, args.data / PODS
     seeds = parse_seeds(args.seeds)
     nodes, pods = load_nodes(nodes_path), load_pods(pods_path)
     print(
