@@ -4,11 +4,15 @@ Read-only by construction: nothing here changes a GPU's settings (no MIG mode ch
 created or destroyed, no reset, no clocks, no persistence mode). In order, each step with its own
 time limit, the whole well under 8 minutes:
 
+0. the preflight: the interpreter imports every module the steps need (versions recorded) and runs one
+   CLI command; if not, the run stops here with one reason (``bench/gpu_smoke_wheels.py`` prepares
+   the wheels for a machine with no package registry);
 1. ``nvidia-smi -q -x`` (the reference the NVML readings are compared with);
 2. ``kubegpu doctor node --json --verbose`` (host checks, host.nvml-library among them);
 3. ``kubegpu topo nvml``, ``labels nvml``, ``dra devices nvml``, ``mig current nvml`` (``--json``);
 4. ``kubegpu agent --nvml`` against the kubelet double (real gRPC on a unix socket) for 30 s: it must
-   register, advertise every GPU healthy and keep its health watch running; one pod is admitted
+   register, advertise every GPU healthy, arm its XID/ECC health watch on every GPU (its log says
+   which events) and keep it running; one pod is admitted
    (Allocate with real device nodes), and ``/metrics`` is scraped once;
 5. the comparison: GPU count, bus IDs, UUIDs, product names, memory, MIG mode, MIG
    device count, driver and CUDA versions, NVML's view against nvidia-smi's.
