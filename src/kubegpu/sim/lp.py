@@ -2,12 +2,16 @@
 ``A @ x <= b`` and ``x >= 0``, with the row duals that column generation prices with.
 
 ``highspy`` is HiGHS's own small wheel (numpy its only dependency), so the bounds and the plan-guided
-placement solve their LPs without scipy, in the container image too. Pure: numpy and highspy, no I/O.
+placement solve their LPs without scipy, in the container image too. Numpy and highspy; the one
+I/O is keeping HiGHS's start-up banner off the process's standard output (``_silent_highs``).
 """
 
 from __future__ import annotations
 
+import os
+import sys
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -48,8 +52,7 @@ def solve_min(c: FloatArray, a: FloatArray, b: FloatArray) -> LpSolution:
     lp.a_matrix_.start_ = np.concatenate([[0], np.cumsum(np.bincount(col, minlength=cols))]).astype(np.int32)
     lp.a_matrix_.index_ = row.astype(np.int32)
     lp.a_matrix_.value_ = a[row, col].astype(np.float64)
-    h = highspy.Highs()  # type: ignore[no-untyped-call]
-    h.setOptionValue("output_flag", False)
+    h = _silent_highs(highspy)
     h.passModel(lp)
     h.run()
     status = h.getModelStatus()
@@ -60,3 +63,23 @@ def solve_min(c: FloatArray, a: FloatArray, b: FloatArray) -> LpSolution:
         fun=float(h.getInfo().objective_function_value),
         row_duals=np.asarray(solution.row_dual, dtype=np.float64),
     )
+
+
+def _silent_highs(highspy: Any) -> Any:
+    """A ``Highs`` whose output is off. HiGHS (1.16) writes its copyright banner to file descriptor 1
+    when a process makes its first ``Highs``, before any option can be set: into the JSON that
+    ``kubegpu sim ... --json`` prints, and between the extender's log lines. That one construction
+    runs with descriptor 1 pointed at /dev/null (Python's buffer flushed first, so nothing of ours is
+    lost)."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, 1)
+        h = highspy.Highs()
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
+        os.close(devnull)
+    h.setOptionValue("output_flag", False)
+    return h
