@@ -82,7 +82,14 @@ def run(data: Path, policy: str, seed: int, inflate: float) -> int:
     seq = arrivals(workload, seed, inflate)
     book = Ledger(policy=get_policy(policy), typical=typical_of(trace.pods))
     book.replace_nodes(
-        GpuNode(name=n.name, cpu_milli=n.cpu_milli, memory_mib=n.memory_mib, gpu_count=n.gpu_count, uuids=())
+        GpuNode(
+            name=n.name,
+            cpu_milli=n.cpu_milli,
+            memory_mib=n.memory_mib,
+            gpu_count=n.gpu_count,
+            uuids=(),
+            gpu_model=n.gpu_model,
+        )
         for n in trace.nodes
     )
     book.warm_up()  # as `kubegpu extender` does once its first lists are in
@@ -91,6 +98,7 @@ def run(data: Path, policy: str, seed: int, inflate: float) -> int:
     server.start()
     conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
     names = list(workload.node_names)
+    model_of = {n.name: n.gpu_model for n in trace.nodes}
     by_name = {p.name: p for p in trace.pods}
     total = workload.total_gpu_milli
     stretches = [(0.0, 0.5), (0.5, 1.0), (1.0, 9.9)]
@@ -115,7 +123,9 @@ def run(data: Path, policy: str, seed: int, inflate: float) -> int:
             arrived += rec.num_gpu * rec.gpu_milli
             pod = pod_json(f"p{step}", rec.cpu_milli, rec.memory_mib, rec.num_gpu, rec.gpu_milli)
             t = time.perf_counter()
-            body = json.dumps({"Pod": pod, "Nodes": None, "NodeNames": names})
+            # the nodes kube-scheduler's filters leave: a model-pinned pod's affinity keeps its models
+            allowed = names if not rec.gpu_spec else [n for n in names if model_of[n] in rec.gpu_spec]
+            body = json.dumps({"Pod": pod, "Nodes": None, "NodeNames": allowed})
             conn.request("POST", "/kubegpu/filter", body=body, headers={"Content-Type": "application/json"})
             reply = json.loads(conn.getresponse().read())
             http_ms[which].append((time.perf_counter() - t) * 1000)

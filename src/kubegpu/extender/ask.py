@@ -81,15 +81,16 @@ class Ask:
     def wants_gpu(self) -> bool:
         return self.num_gpu > 0
 
-    def request(self) -> PodRequest:
-        """The simulator's ``PodRequest`` (every GPU model accepted: model constraints are the
-        pod's node selectors, which kube-scheduler has applied before it asks the extender)."""
+    def request(self, n_models: int = 1) -> PodRequest:
+        """The simulator's ``PodRequest`` against a model table of ``n_models`` (every GPU model
+        accepted: model constraints are the pod's node affinity, which kube-scheduler has applied
+        before it asks the extender)."""
         return PodRequest(
             cpu_milli=self.cpu_milli,
             memory_mib=self.memory_mib,
             num_gpu=self.num_gpu,
             gpu_milli=self.gpu_milli,
-            model_ok=np.ones(1, dtype=bool),
+            model_ok=np.ones(n_models, dtype=bool),
         )
 
 

@@ -125,6 +125,9 @@ class Ledger:
     ) -> None:
         self.policy = policy
         self._typical = typical
+        self._n_models = typical.model_ok.shape[1]
+        # a node's model, by its label, onto the shapes' model table; unnamed models are column 0
+        self._model_column = {m: i for i, m in enumerate(typical.models) if m}
         self._ttl_s = reservation_ttl_s
         self._clock = clock
         self._seed = seed
@@ -154,7 +157,7 @@ class Ledger:
             cpu_milli=np.array([n.cpu_milli for n in nodes], dtype=np.int64),
             memory_mib=np.array([n.memory_mib for n in nodes], dtype=np.int64),
             gpu_count=np.array([n.gpu_count for n in nodes], dtype=np.int64),
-            model_index=np.zeros(len(nodes), dtype=np.int64),
+            model_index=np.array([self._model_column.get(n.gpu_model, 0) for n in nodes], dtype=np.int64),
             typical=self._typical,
             width=width,
         )
@@ -199,7 +202,7 @@ class Ledger:
             log.warning(
                 "GPU over-committed (the API shows more than it holds): %s on %s", holding.pod, holding.node
             )
-        self._state.bind(placement, ask.request())
+        self._state.bind(placement, ask.request(self._n_models))
         self._touch(placement.node)
         self._applied.add(holding.uid)
 
@@ -213,7 +216,7 @@ class Ledger:
                 if placement.gpus or not holding.ask.num_gpu
                 else replace(holding.ask, num_gpu=0, gpu_milli=0)
             )
-            self._state.unbind(placement, ask.request())
+            self._state.unbind(placement, ask.request(self._n_models))
             self._touch(placement.node)
         self._applied.discard(holding.uid)
 
@@ -227,7 +230,7 @@ class Ledger:
         key = (ask.cpu_milli, ask.memory_mib, ask.num_gpu, ask.gpu_milli)
         entry = self._scores.get(key)
         if entry is None:
-            result = self.policy.score(state.nodes, ask.request(), state.typical)
+            result = self.policy.score(state.nodes, ask.request(self._n_models), state.typical)
             entry = _ScoreCache(score=result.score.copy(), gpu=result.gpu.copy(), stamp=self._version)
             self._scores[key] = entry
             if len(self._scores) > SCORE_CACHE_SHAPES:
@@ -236,7 +239,7 @@ class Ledger:
         self._scores.move_to_end(key)
         dirty = np.flatnonzero(self._changed > entry.stamp)
         if dirty.size:
-            result = self.policy.score(state.nodes.take(dirty), ask.request(), state.typical)
+            result = self.policy.score(state.nodes.take(dirty), ask.request(self._n_models), state.typical)
             entry.score[dirty] = result.score
             entry.gpu[dirty] = result.gpu
             entry.stamp = self._version
@@ -435,7 +438,7 @@ class Ledger:
         if not known:
             return Decision(node=None, assignment=None, failed={}, unresolvable=unknown)
         rows = np.array(sorted(self._rows[n] for n in known), dtype=np.int64)
-        request = ask.request()
+        request = ask.request(self._n_models)
         cached = self._scored(state, ask)
         score, hint = cached.score[rows], cached.gpu[rows]
         selector = Selector(

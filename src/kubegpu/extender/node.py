@@ -3,7 +3,9 @@
 Read from the Node object: ``status.allocatable`` cpu and memory; the GPU count from the agent's
 GFD label ``nvidia.com/gpu.count`` (the physical GPUs, whatever replicas time-slicing advertises),
 else ``allocatable["nvidia.com/gpu"]``; the GPUs' UUIDs, in index order, from the agent's node
-annotation ``kubegpu.io/gpu-uuids`` (comma-separated) when it publishes one.
+annotation ``kubegpu.io/gpu-uuids`` (comma-separated) when it publishes one; the GPU model from the
+GFD label ``nvidia.com/gpu.product`` (what pods pin a model by, and what the workload's model
+constraints name).
 """
 
 from __future__ import annotations
@@ -16,9 +18,10 @@ from kubegpu.errors import PlacementError
 from kubegpu.extender.ask import GPU_RESOURCE, parse_quantity
 from kubegpu.model.assignment import UUIDS_ANNOTATION
 
-__all__ = ["GPU_COUNT_LABEL", "UUIDS_ANNOTATION", "GpuNode", "gpu_node_of"]
+__all__ = ["GPU_COUNT_LABEL", "GPU_PRODUCT_LABEL", "UUIDS_ANNOTATION", "GpuNode", "gpu_node_of"]
 
 GPU_COUNT_LABEL = "nvidia.com/gpu.count"
+GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -30,6 +33,7 @@ class GpuNode:
     memory_mib: int
     gpu_count: int
     uuids: tuple[str, ...]
+    gpu_model: str = ""  # the node's nvidia.com/gpu.product label; "" without one
 
 
 def gpu_node_of(node: Mapping[str, Any]) -> GpuNode:
@@ -58,4 +62,5 @@ def gpu_node_of(node: Mapping[str, Any]) -> GpuNode:
         memory_mib=int(quantity(alloc.get("memory", 0)) / 2**20),
         gpu_count=count,
         uuids=uuids if len(uuids) == count else (),
+        gpu_model=str((meta.get("labels") or {}).get(GPU_PRODUCT_LABEL, "")),
     )

@@ -4,8 +4,14 @@ FGD measures fragmentation against the cluster's popular pod shapes. ``kubegpu s
 from the trace it replays; the extender takes them from a pod list in the same CSV schema
 (``--workload FILE``, e.g. a month of the cluster's own pods, or the openb trace), or, without one,
 from ``DEFAULT_SHAPES``: one shape each of a half-GPU share and 1, 2, 4 and 8 whole GPUs, equally
-popular, with no CPU (so only GPUs count). GPU-model constraints are not part of the shapes: on a
-real cluster they are node selectors, which kube-scheduler applies before it asks the extender.
+popular, with no CPU (so only GPUs count).
+
+GPU-model constraints (the pod list's ``gpu_spec``) are part of the shapes, as in the simulator: a
+shape pinned to V100M32 is one FGD counts only on V100M32 nodes, and it is not the same shape as the
+unpinned pods of its size. The shapes' model table (``TypicalShapes.models``) is ``""`` (every model
+the workload does not name) followed by the models it names; the ledger maps each node onto it by the
+node's ``nvidia.com/gpu.product`` label. A pod's own constraint is its node affinity, which
+kube-scheduler applies before it asks the extender.
 """
 
 from __future__ import annotations
@@ -24,21 +30,33 @@ __all__ = ["DEFAULT_SHAPES", "default_typical", "typical_from_file", "typical_of
 DEFAULT_SHAPES = ((0, 500, 1), (0, 1000, 1), (0, 1000, 2), (0, 1000, 4), (0, 1000, 8))
 
 
-def _typical(counts: dict[tuple[int, int, int], int]) -> TypicalShapes:
+def _typical(
+    counts: dict[tuple[int, int, int, tuple[str, ...]], int], models: tuple[str, ...]
+) -> TypicalShapes:
+    index = {m: i for i, m in enumerate(models)}
+
+    def model_ok(spec: tuple[str, ...]) -> np.ndarray:
+        ok = np.zeros(len(models), dtype=bool)
+        if not spec:
+            ok[:] = True
+        for m in spec:
+            ok[index[m]] = True
+        return ok
+
     keys = list(counts)
-    ok = np.ones(1, dtype=bool)
-    shapes = [(k[0], k[1], k[2], ok, "") for k in keys]
-    return typical_shapes(shapes, [counts[k] for k in keys], n_models=1)
+    shapes = [(k[0], k[1], k[2], model_ok(k[3]), "|".join(k[3])) for k in keys]
+    return typical_shapes(shapes, [counts[k] for k in keys], n_models=len(models), models=models)
 
 
 def typical_of(pods: Iterable[PodRecord]) -> TypicalShapes:
-    """The popular shapes of ``pods`` as the simulator picks them (grouped by CPU, per-GPU milli and
-    GPU count; the shapes covering 95 % of the pods)."""
-    counts: dict[tuple[int, int, int], int] = {}
+    """The popular shapes of ``pods`` as the simulator picks them (grouped by CPU, per-GPU milli, GPU
+    count and GPU-model constraint; the shapes covering 95 % of the pods)."""
+    counts: dict[tuple[int, int, int, tuple[str, ...]], int] = {}
     for pod in pods:
-        key = (pod.cpu_milli, pod.gpu_milli, pod.num_gpu)
+        key = (pod.cpu_milli, pod.gpu_milli, pod.num_gpu, pod.gpu_spec)
         counts[key] = counts.get(key, 0) + 1
-    return _typical(counts)
+    models = ("", *sorted({m for key in counts for m in key[3]} - {""}))
+    return _typical(counts, models)
 
 
 def typical_from_file(path: str | Path) -> TypicalShapes:
@@ -47,4 +65,4 @@ def typical_from_file(path: str | Path) -> TypicalShapes:
 
 
 def default_typical() -> TypicalShapes:
-    return _typical(dict.fromkeys(DEFAULT_SHAPES, 1))
+    return _typical(dict.fromkeys(((*shape, ()) for shape in DEFAULT_SHAPES), 1), ("",))

@@ -17,7 +17,7 @@ from __future__ import annotations
 import weakref
 import zlib
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 
 import numpy as np
@@ -151,6 +151,9 @@ class TypicalShapes:
     milli_slot: IntArray  # index of each shape's gpu_milli in unique_milli
     count: int  # number of shapes including CPU-only ones
     coverage: float  # fraction of pods the shapes cover
+    # the model table ``model_ok``'s columns refer to, where an engine must map node models onto it
+    # (the extender: a node's ``nvidia.com/gpu.product``); empty: the columns are the caller's own
+    models: tuple[str, ...] = ()
 
 
 def name_tiebreak(names: Sequence[str]) -> FloatArray:
@@ -177,6 +180,7 @@ def typical_shapes(
     *,
     n_models: int,
     coverage: float = 0.95,
+    models: tuple[str, ...] = (),
 ) -> TypicalShapes:
     """Pick the target workload: shapes ``(cpu, gpu_milli, num_gpu, model_ok, key)`` by count.
 
@@ -222,6 +226,7 @@ def typical_shapes(
         milli_slot=slot,
         count=len(chosen),
         coverage=cum / total if total else 0.0,
+        models=models,
     )
 
 
@@ -613,19 +618,7 @@ def kubegpu_target(
     if new != weight and new_sum > 0:
         total = round(new_sum * shapes.weight_total / gpu_total)
         arr = np.array(new, dtype=np.int64)
-        out = TypicalShapes(
-            cpu_milli=shapes.cpu_milli,
-            gpu_milli=shapes.gpu_milli,
-            num_gpu=shapes.num_gpu,
-            model_ok=shapes.model_ok,
-            popularity=arr / total,
-            weight=arr,
-            weight_total=total,
-            unique_milli=shapes.unique_milli,
-            milli_slot=shapes.milli_slot,
-            count=shapes.count,
-            coverage=shapes.coverage,
-        )
+        out = replace(shapes, popularity=arr / total, weight=arr, weight_total=total)
     if default:
         _TARGETS[shapes] = out
     return out

@@ -13,8 +13,13 @@ from kubegpu.sim.workload import arrivals, prepare
 from tests.unit.extender.conftest import Clock, gpu_pod, ledger
 from tests.unit.sim.conftest import make_trace
 
+MODELS = ("G2", "V100M32", "T4")
+PINS = ("V100M32", "T4|V100M32", "P100")  # P100: a model no node has (such a pod never fits)
 
-def synthetic_trace(seed: int) -> tuple:
+
+def synthetic_trace(seed: int, *, pinned: float = 0.0) -> tuple:
+    """14 nodes (one model, or three when ``pinned``) and 90 pods, ``pinned`` of them asking for a
+    GPU model (the openb trace's ``gpu_spec``; on a cluster, node affinity on the product label)."""
     rng = np.random.default_rng(seed)
     nodes = [
         (
@@ -22,7 +27,7 @@ def synthetic_trace(seed: int) -> tuple:
             int(rng.choice([16_000, 32_000, 96_000])),
             1 << 18,
             int(rng.choice([1, 2, 4, 8])),
-            "G2",
+            str(rng.choice(MODELS)) if pinned else "G2",
         )
         for i in range(14)
     ]
@@ -38,26 +43,44 @@ def synthetic_trace(seed: int) -> tuple:
     pods = []
     for i in range(90):
         cpu, k, milli = shapes[int(rng.integers(len(shapes)))]
-        pods.append((f"pod-{i:03d}", cpu, int(rng.choice([0, 1024, 4096])), k, milli, ""))
+        spec = str(rng.choice(PINS)) if k and float(rng.random()) < pinned else ""
+        pods.append((f"pod-{i:03d}", cpu, int(rng.choice([0, 1024, 4096])), k, milli, spec))
     return make_trace(nodes, pods)
 
 
-@pytest.mark.parametrize("seed", [1, 2, 3])
-def test_the_kubegpu_policy_places_every_pod_where_the_simulator_does(seed: int) -> None:
-    trace = synthetic_trace(seed)
+@pytest.mark.parametrize(
+    ("seed", "pinned", "policy"),
+    [(1, 0.0, Policy.KUBEGPU), (2, 0.0, Policy.KUBEGPU), (3, 0.0, Policy.KUBEGPU),
+     (1, 0.3, Policy.KUBEGPU), (2, 0.3, Policy.KUBEGPU), (3, 0.3, Policy.KUBEGPU),
+     (4, 0.3, Policy.KUBEGPU_PLAN), (5, 0.3, Policy.KUBEGPU_PLAN)],
+)  # fmt: skip
+def test_the_policy_places_every_pod_where_the_simulator_does(
+    seed: int, pinned: float, policy: Policy
+) -> None:
+    # With pods pinned to GPU models kube-scheduler sends the extender only the nodes of those models;
+    # the extender must still score fragmentation against the workload's model-pinned shapes as the
+    # simulator does (before, it merged them with the unpinned ones: 88 of 644 pods went elsewhere in
+    # the kwok replay).
+    trace = synthetic_trace(seed, pinned=pinned)
     workload = prepare(trace)
-    run = replay(workload, Policy.KUBEGPU, seed, inflate=0)
+    run = replay(workload, policy, seed, inflate=0)
     book = ledger(
         [
             GpuNode(
-                name=n.name, cpu_milli=n.cpu_milli, memory_mib=n.memory_mib, gpu_count=n.gpu_count, uuids=()
+                name=n.name,
+                cpu_milli=n.cpu_milli,
+                memory_mib=n.memory_mib,
+                gpu_count=n.gpu_count,
+                uuids=(),
+                gpu_model=n.gpu_model,
             )
             for n in trace.nodes
         ],
+        policy=policy.value,
         typical=typical_of(trace.pods),
         clock=Clock(),
     )
-    names = [n.name for n in trace.nodes]
+    model_of = {n.name: n.gpu_model for n in trace.nodes}
     by_name = {p.name: p for p in trace.pods}
     expected, got = [], []
     for step, index in enumerate(arrivals(workload, seed, 0)):
@@ -75,6 +98,9 @@ def test_the_kubegpu_policy_places_every_pod_where_the_simulator_does(seed: int)
             ),
         )
         expected.append(workload.node_names[run.node[step]] if run.placed[step] else None)
-        got.append(book.decide(pod, names).node)
+        names = [n for n, m in model_of.items() if not record.gpu_spec or m in record.gpu_spec]
+        got.append(book.decide(pod, names).node)  # the nodes kube-scheduler's affinity filter leaves
     assert sum(n is None for n in expected) > 0, "the sequence should fill the cluster"
+    if pinned:
+        assert any(p.gpu_spec for p in trace.pods)
     assert got == expected

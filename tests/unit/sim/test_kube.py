@@ -38,6 +38,7 @@ def test_a_kwok_node_is_what_the_extender_reads_and_is_tainted_for_kwok_alone() 
     obj = node_object(NODE)
     seen = gpu_node_of(obj)
     assert (seen.cpu_milli, seen.memory_mib, seen.gpu_count) == (96000, 786432, 8)
+    assert seen.gpu_model == "V100M32"  # the label pods pin a model by, read back by the extender
     assert seen.uuids == tuple(gpu_uuid(NODE.name, i) for i in range(8))
     assert len(set(seen.uuids)) == 8 and gpu_uuid(NODE.name, 3) == gpu_uuid(NODE.name, 3)
     assert obj["status"]["allocatable"]["kubegpu.io/gpu-milli"] == "8000"
