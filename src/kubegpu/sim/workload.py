@@ -105,7 +105,9 @@ def prepare(trace: Trace, *, coverage: float = 0.95) -> Workload:
         groups[gkey] = groups.get(gkey, 0) + 1
     keys = list(groups)
     shapes = [(k[0], k[1], k[2], model_ok(k[3]), "|".join(k[3])) for k in keys]
-    typical = typical_shapes(shapes, [groups[k] for k in keys], n_models=len(models), coverage=coverage)
+    typical = typical_shapes(
+        shapes, [groups[k] for k in keys], n_models=len(models), coverage=coverage, models=tuple(models)
+    )
     return Workload(
         node_names=tuple(n.name for n in trace.nodes),
         models=tuple(models),
