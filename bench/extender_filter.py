@@ -30,9 +30,10 @@ from openb import NODES, PODS, default_data_dir, trace_missing
 
 from kubegpu.extender.handlers import Extender
 from kubegpu.extender.ledger import Ledger
-from kubegpu.extender.node import GpuNode
+from kubegpu.extender.node import gpu_node_of
 from kubegpu.extender.server import ExtenderServer
 from kubegpu.extender.workload import typical_of
+from kubegpu.sim.kube import node_object
 from kubegpu.sim.policy import get_policy
 from kubegpu.sim.replay import replay
 from kubegpu.sim.scoring import MILLI, Policy
@@ -81,17 +82,7 @@ def run(data: Path, policy: str, seed: int, inflate: float) -> int:
     workload = prepare(trace)
     seq = arrivals(workload, seed, inflate)
     book = Ledger(policy=get_policy(policy), typical=typical_of(trace.pods))
-    book.replace_nodes(
-        GpuNode(
-            name=n.name,
-            cpu_milli=n.cpu_milli,
-            memory_mib=n.memory_mib,
-            gpu_count=n.gpu_count,
-            uuids=(),
-            gpu_model=n.gpu_model,
-        )
-        for n in trace.nodes
-    )
+    book.replace_nodes(gpu_node_of(node_object(n)) for n in trace.nodes)  # as it reads kwok's nodes
     book.warm_up()  # as `kubegpu extender` does once its first lists are in
     front = Extender(book, NoApi())
     server = ExtenderServer(front, "127.0.0.1:0")

@@ -5,8 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from kubegpu.extender.node import GpuNode
+from kubegpu.extender.node import gpu_node_of
 from kubegpu.extender.workload import typical_of
+from kubegpu.sim.kube import node_object
 from kubegpu.sim.replay import replay
 from kubegpu.sim.scoring import Policy
 from kubegpu.sim.workload import arrivals, prepare
@@ -65,17 +66,7 @@ def test_the_policy_places_every_pod_where_the_simulator_does(
     workload = prepare(trace)
     run = replay(workload, policy, seed, inflate=0)
     book = ledger(
-        [
-            GpuNode(
-                name=n.name,
-                cpu_milli=n.cpu_milli,
-                memory_mib=n.memory_mib,
-                gpu_count=n.gpu_count,
-                uuids=(),
-                gpu_model=n.gpu_model,
-            )
-            for n in trace.nodes
-        ],
+        [gpu_node_of(node_object(n)) for n in trace.nodes],  # as the extender reads the kwok nodes
         policy=policy.value,
         typical=typical_of(trace.pods),
         clock=Clock(),
