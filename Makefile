@@ -33,7 +33,7 @@ test:
 	$(MAKE) --no-print-directory -j3 test-parallel
 	$(MAKE) --no-print-directory image-reproducible
 
-.PHONY: test-parallel rig-build-background e2e-after-rig check-after-helm check-beside test-rig-session
+.PHONY: test-parallel rig-build-background e2e-after-rig check-after-helm test-rig-session
 test-parallel: e2e-after-rig check-after-helm
 
 rig-build-background:
@@ -54,21 +54,20 @@ check-after-helm: helm $(STAMP)
 	@mkdir -p build
 	@echo "[test] make check beside the rig build or e2e (log: build/check.log)"
 	@start=$$(date +%s); \
-	if $(MAKE) --no-print-directory check-beside >build/check.log 2>&1; then \
+	if $(MAKE) --no-print-directory check CHECK_ARGS="--deselect $(RIG_SESSION_TESTS)" >build/check.log 2>&1; then \
 		echo "[test] check: $$(tail -n 1 build/check.log) (wall $$(( $$(date +%s) - start )) s)"; \
 	else \
 		tail -n 80 build/check.log; echo "[test] make check failed (build/check.log)"; exit 1; \
 	fi
 
-check-beside: $(STAMP) lint typecheck
-	$(BIN)/python -m pytest -q tests --deselect $(RIG_SESSION_TESTS)
-
 test-rig-session: $(STAMP)
 	$(BIN)/python -m pytest -q $(RIG_SESSION_TESTS)
 
-## Lint, types, layer contracts, unit and integration tests: no root, no cluster.
+## Lint, types, layer contracts, unit and integration tests: no root, no cluster. CHECK_ARGS: more
+## pytest arguments (`make test` deselects the tests it runs in e2e's lane).
+CHECK_ARGS ?=
 check: $(STAMP) lint typecheck
-	$(BIN)/python -m pytest -q tests
+	$(BIN)/python -m pytest -q tests $(CHECK_ARGS)
 
 ## Fast loop: the pure core and adapters' unit tests only.
 unit: $(STAMP)
