@@ -404,7 +404,8 @@ def preflight(smoke: Smoke) -> bool:
     reason = (versions.stderr if not versions.ok else smoke.steps[-1].stderr).strip().splitlines()
     smoke.results["preflight"] = (
         f"{smoke.python} cannot run kubegpu: {reason[-1] if reason else 'no output'}. On a machine "
-        "without a package registry, carry the wheels that .venv/bin/python bench/gpu_smoke_wheels.py --out .whl prepares (docs/gpu-smoke.md)."
+        "without a package registry, carry the wheels that `bench/gpu_smoke_wheels.py --out .whl` "
+        "prepares (docs/gpu-smoke.md)."
     )
     print(f"[smoke] {smoke.results['preflight']}", file=sys.stderr, flush=True)
     return False
