@@ -208,15 +208,16 @@ def _plan_scorer(kube: NodeScorer, pod: PodRequest, rows: NodeRows, frag: FragTa
     """kubegpu-plan's score of a row (``scoring.score_kubegpu_plan``) around kubegpu's (``kube``)."""
     if not pod.shared:
         return kube
-    from kubegpu.sim.plan import PLAN_BUCKET_MILLI, value_plan_of
+    from kubegpu.sim.plan import PLAN_BUCKET_MILLI, cpu_match_step, value_plan_of
 
     plan = value_plan_of(frag.shapes())
     if plan.flat:
         return kube
     value: list[float] = plan.value.tolist()
     milli = pod.gpu_milli
-    free_of = rows.free
+    free_of, cpu_of = rows.free, rows.cpu
     step = float(PLAN_BUCKET_MILLI)
+    match_cpu, pod_cpu = plan.cpu_match, pod.cpu_milli
 
     def score_kubegpu_plan(r: int) -> tuple[float, int]:
         base, hint = kube(r)
@@ -230,7 +231,11 @@ def _plan_scorer(kube: NodeScorer, pod: PodRequest, rows: NodeRows, frag: FragTa
                     best, first = b, g
                 if g == hint:
                     at_hint = b
-        return best * 1000.0 + base, hint if hint >= 0 and at_hint == best else first
+        gpu = hint if hint >= 0 and at_hint == best else first
+        if match_cpu:
+            match = cpu_match_step(cpu_of[r], sum(free_of[r]), pod_cpu, milli)
+            return best * 1e6 + match * 1000.0 + base, gpu
+        return best * 1000.0 + base, gpu
 
     return score_kubegpu_plan
 

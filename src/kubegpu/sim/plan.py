@@ -20,12 +20,20 @@ A share of ``m`` milli on a GPU with ``f`` free loses ``U(f) - U(f - m)`` of val
 buckets that loss by ``PLAN_BUCKET_MILLI`` (``ValuePlan.buckets``) and ranks nodes by the bucket
 first, kubegpu's score second (docs/sim.md, "kubegpu-plan").
 
+**CPU match** (``ValuePlan.cpu_match``): where shares carry at least ``PLAN_CPU_MATCH_SHARED`` of the
+GPU demand, the nodes' cores run out before their GPUs (docs/benchmarks.md, "Where the rest of the
+gap is"); there, inside a bucket, a share first goes where the node's free cores per idle milli come
+closest to its own (``cpu_match_steps``): CPU-light shares to CPU-poor nodes, CPU-heavy ones to
+CPU-rich nodes, so that each node's cores last about as long as its GPUs.
+
 Pure: numpy; the LP solver (highspy, through ``kubegpu.sim.bound``) is imported only when a plan is
 solved, so importing the policies needs none.
 """
 
 from __future__ import annotations
 
+import bisect
+import math
 import time
 import weakref
 from dataclasses import dataclass, field
@@ -37,10 +45,15 @@ from kubegpu.sim.scoring import MILLI, FloatArray, IntArray, TypicalShapes
 
 __all__ = [
     "PLAN_BUCKET_MILLI",
+    "PLAN_CPU_MATCH_SCALE",
+    "PLAN_CPU_MATCH_SHARED",
+    "PLAN_CPU_MATCH_STEPS",
     "PLAN_GPUS",
     "PLAN_GRID",
     "PLAN_INFLATE",
     "ValuePlan",
+    "cpu_match_step",
+    "cpu_match_steps",
     "value_plan",
     "value_plan_of",
 ]
@@ -50,6 +63,15 @@ PLAN_INFLATE = 1.3  # the plan's arrived GPU demand, as a multiple of the capaci
 PLAN_GRID = 20  # the plan tries the pivot placed on 0, 1/20, ..., 20/20 of its arrivals
 PLAN_BUCKET_MILLI = 50  # losses of value-to-go within one bucket count alike (kubegpu decides)
 PLAN_PIVOT_DEMAND = 0.05  # a pivot makes up at least this share of the GPU demand
+PLAN_CPU_MATCH_SHARED = 0.7  # the CPU match is on when shares carry at least this share of GPU demand
+PLAN_CPU_MATCH_SCALE = 3.0  # match steps per unit of |ln(node's cores per idle milli / the pod's)|
+PLAN_CPU_MATCH_STEPS = 500  # the match runs from this (equal ratios) down to 0 (e^(500/3) apart)
+# the ratio gaps at which the match drops one step, computed once so that every engine (the
+# vectorised scorer, the per-node scorer, the extender) compares against the same floats
+_MATCH_EDGES: tuple[float, ...] = tuple(
+    math.exp(k / PLAN_CPU_MATCH_SCALE) for k in range(1, PLAN_CPU_MATCH_STEPS + 1)
+)
+_MATCH_EDGE_ARRAY = np.array(_MATCH_EDGES)
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)
@@ -62,6 +84,7 @@ class ValuePlan:
     pivot_placed: float = 0.0  # share of the pivot's arrivals the plan places
     plan_pct: float = 0.0  # the plan's allocation, % of the capacity
     seconds: float = 0.0
+    cpu_match: bool = False  # rank a bucket's nodes by cpu_match_steps first (module docstring, 4.)
 
     @property
     def flat(self) -> bool:
@@ -76,6 +99,34 @@ class ValuePlan:
             room, np.floor((self.value[after] - self.value[free_milli]) / PLAN_BUCKET_MILLI), -np.inf
         )
         return out
+
+
+def _ratio_gap(cpu_left_milli: float, idle_milli: float, cpu_milli: int, gpu_milli: int) -> float:
+    """How far apart (a factor >= 1) the node's free cores per idle milli and the pod's are."""
+    x = ((cpu_left_milli + 1000.0) / (idle_milli + 100.0)) / ((cpu_milli + 100.0) / gpu_milli)
+    return x if x >= 1.0 else 1.0 / x
+
+
+def cpu_match_step(cpu_left_milli: int, idle_milli: int, cpu_milli: int, gpu_milli: int) -> int:
+    """``PLAN_CPU_MATCH_STEPS - floor(PLAN_CPU_MATCH_SCALE * |ln(gap)|)``, at least 0, for one node:
+    the higher, the closer the node's (free cores + 1) per (idle milli + 100) is to the share's
+    (cores + 0.1) per milli (the offsets keep empty and full nodes finite)."""
+    gap = _ratio_gap(float(cpu_left_milli), float(idle_milli), cpu_milli, gpu_milli)
+    return PLAN_CPU_MATCH_STEPS - bisect.bisect_right(_MATCH_EDGES, gap)
+
+
+def cpu_match_steps(
+    cpu_left_milli: IntArray, idle_milli: IntArray, cpu_milli: int, gpu_milli: int
+) -> IntArray:
+    """``cpu_match_step`` for every node (the same floats, so the same steps)."""
+    x = ((cpu_left_milli.astype(np.float64) + 1000.0) / (idle_milli.astype(np.float64) + 100.0)) / (
+        (cpu_milli + 100.0) / gpu_milli
+    )
+    gap = np.where(x >= 1.0, x, 1.0 / x)
+    out: IntArray = PLAN_CPU_MATCH_STEPS - np.searchsorted(_MATCH_EDGE_ARRAY, gap, side="right").astype(
+        np.int64
+    )
+    return out
 
 
 def _pivot(size: IntArray, demand: FloatArray, cpu: IntArray) -> int:
@@ -156,6 +207,7 @@ def value_plan(shapes: TypicalShapes) -> ValuePlan:
         prices[milli] = min(prices.get(milli, np.inf), round(float(result.prices[i]), 3))
     return ValuePlan(
         value=value,
+        cpu_match=bool(demand[shares].sum() >= PLAN_CPU_MATCH_SHARED * demand.sum()),
         prices=dict(sorted(prices.items())),
         pivot_milli=int(size[pivot]) if pivot >= 0 else 0,
         pivot_placed=placed,

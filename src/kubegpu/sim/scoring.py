@@ -685,12 +685,14 @@ def score_kubegpu_plan(nodes: NodeArrays, pod: PodRequest, shapes: TypicalShapes
     ``U(f) - U(f - m)``, bucketed by ``PLAN_BUCKET_MILLI``. Per node: the best bucket over its GPUs x
     1000 + kubegpu's score (0-100), so the bucket decides and kubegpu's score breaks ties; the share
     takes kubegpu's GPU when that GPU is in the node's best bucket, else the first GPU that is.
+    With the plan's CPU match on (sharing-heavy workloads, ``ValuePlan.cpu_match``) the node's
+    ``cpu_match_steps`` (0-500) comes between the two: bucket x 10^6 + match x 1000 + kubegpu's.
     Every other pod, and every pod when the plan is flat, is scored exactly as by ``kubegpu``.
     """
     base = score_kubegpu(nodes, pod, shapes)
     if not pod.shared:
         return base
-    from kubegpu.sim.plan import value_plan_of  # here: the plan imports this module
+    from kubegpu.sim.plan import cpu_match_steps, value_plan_of  # here: the plan imports this module
 
     plan = value_plan_of(shapes)
     if plan.flat:
@@ -701,8 +703,15 @@ def score_kubegpu_plan(nodes: NodeArrays, pod: PodRequest, shapes: TypicalShapes
     hinted = np.where(hint >= 0, bucket[np.arange(len(hint)), np.maximum(hint, 0)], -np.inf)
     gpu = np.where(hinted == best, hint, bucket.argmax(axis=1) if bucket.shape[1] else -1)
     ok = np.isfinite(base.score)
+    if plan.cpu_match:
+        match = cpu_match_steps(
+            nodes.cpu_left_milli, nodes.gpu_free_milli.sum(axis=1), pod.cpu_milli, pod.gpu_milli
+        )
+        score = best * 1e6 + match * 1000.0 + base.score
+    else:
+        score = best * 1000.0 + base.score
     return Scores(
-        score=np.where(ok, best * 1000.0 + base.score, -np.inf),
+        score=np.where(ok, score, -np.inf),
         gpu=np.where(ok, gpu, base.gpu).astype(np.int64),
     )
 

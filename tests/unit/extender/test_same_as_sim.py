@@ -8,6 +8,7 @@ import pytest
 from kubegpu.extender.node import gpu_node_of
 from kubegpu.extender.workload import typical_of
 from kubegpu.sim.kube import node_object
+from kubegpu.sim.plan import value_plan_of
 from kubegpu.sim.replay import replay
 from kubegpu.sim.scoring import Policy
 from kubegpu.sim.workload import arrivals, prepare
@@ -18,9 +19,13 @@ MODELS = ("G2", "V100M32", "T4")
 PINS = ("V100M32", "T4|V100M32", "P100")  # P100: a model no node has (such a pod never fits)
 
 
-def synthetic_trace(seed: int, *, pinned: float = 0.0) -> tuple:
+SHARING = [(500, 1, 500), (3000, 1, 810), (12_000, 1, 470), (2000, 1, 470), (4000, 1, 320), (1000, 0, 0)]
+
+
+def synthetic_trace(seed: int, *, pinned: float = 0.0, sharing: bool = False) -> tuple:
     """14 nodes (one model, or three when ``pinned``) and 90 pods, ``pinned`` of them asking for a
-    GPU model (the openb trace's ``gpu_spec``; on a cluster, node affinity on the product label)."""
+    GPU model (the openb trace's ``gpu_spec``; on a cluster, node affinity on the product label).
+    ``sharing``: 160 pods, every GPU pod a share (kubegpu-plan's CPU match is on)."""
     rng = np.random.default_rng(seed)
     nodes = [
         (
@@ -41,8 +46,10 @@ def synthetic_trace(seed: int, *, pinned: float = 0.0) -> tuple:
         (1000, 0, 0),
         (20_000, 8, 1000),
     ]
+    if sharing:
+        shapes = SHARING
     pods = []
-    for i in range(90):
+    for i in range(160 if sharing else 90):
         cpu, k, milli = shapes[int(rng.integers(len(shapes)))]
         spec = str(rng.choice(PINS)) if k and float(rng.random()) < pinned else ""
         pods.append((f"pod-{i:03d}", cpu, int(rng.choice([0, 1024, 4096])), k, milli, spec))
@@ -50,20 +57,22 @@ def synthetic_trace(seed: int, *, pinned: float = 0.0) -> tuple:
 
 
 @pytest.mark.parametrize(
-    ("seed", "pinned", "policy"),
-    [(1, 0.0, Policy.KUBEGPU), (2, 0.0, Policy.KUBEGPU), (3, 0.0, Policy.KUBEGPU),
-     (1, 0.3, Policy.KUBEGPU), (2, 0.3, Policy.KUBEGPU), (3, 0.3, Policy.KUBEGPU),
-     (4, 0.3, Policy.KUBEGPU_PLAN), (5, 0.3, Policy.KUBEGPU_PLAN)],
+    ("seed", "pinned", "policy", "sharing"),
+    [(1, 0.0, Policy.KUBEGPU, False), (2, 0.0, Policy.KUBEGPU, False), (3, 0.0, Policy.KUBEGPU, False),
+     (1, 0.3, Policy.KUBEGPU, False), (2, 0.3, Policy.KUBEGPU, False), (3, 0.3, Policy.KUBEGPU, False),
+     (4, 0.3, Policy.KUBEGPU_PLAN, False), (5, 0.3, Policy.KUBEGPU_PLAN, False),
+     (6, 0.0, Policy.KUBEGPU_PLAN, True), (7, 0.3, Policy.KUBEGPU_PLAN, True)],
 )  # fmt: skip
 def test_the_policy_places_every_pod_where_the_simulator_does(
-    seed: int, pinned: float, policy: Policy
+    seed: int, pinned: float, policy: Policy, sharing: bool
 ) -> None:
     # With pods pinned to GPU models kube-scheduler sends the extender only the nodes of those models;
     # the extender must still score fragmentation against the workload's model-pinned shapes as the
     # simulator does (before, it merged them with the unpinned ones: 88 of 644 pods went elsewhere in
     # the kwok replay).
-    trace = synthetic_trace(seed, pinned=pinned)
+    trace = synthetic_trace(seed, pinned=pinned, sharing=sharing)
     workload = prepare(trace)
+    assert value_plan_of(typical_of(trace.pods)).cpu_match is sharing
     run = replay(workload, policy, seed, inflate=0)
     book = ledger(
         [gpu_node_of(node_object(n)) for n in trace.nodes],  # as the extender reads the kwok nodes

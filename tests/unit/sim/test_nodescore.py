@@ -140,6 +140,36 @@ def test_per_node_scores_and_gpus_equal_the_vectorised_ones(policy: Policy, seed
         )
 
 
+def sharing_shapes(rng: np.random.Generator) -> TypicalShapes:
+    """A sharing-heavy target workload: shares carry most of the GPU demand (kubegpu-plan's CPU match)."""
+    shapes, counts = [], []
+    for i in range(30):
+        num = int(rng.choice([0, 0, 1, 1, 1, 1, 1, 1, 1, 1]))
+        milli = int(rng.choice((810, 470, 320, 650, 230, 50))) if num else 0
+        cpu = int(rng.choice([0, 1000, 3152, 4000, 8000, 11908, 32000]))
+        shapes.append((cpu, milli, num, np.ones(MODELS, dtype=bool), f"s{i}"))
+        counts.append(int(rng.integers(1, 500)))
+    return typical_shapes(shapes, counts, n_models=MODELS)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_kubegpu_plan_per_node_scores_equal_the_vectorised_ones_with_its_cpu_match_on(seed: int) -> None:
+    from kubegpu.sim.plan import value_plan_of
+
+    rng = np.random.default_rng(seed)
+    shapes = sharing_shapes(rng)
+    assert value_plan_of(shapes).cpu_match
+    nodes = _nodes(rng, shapes)
+    rows, frag = NodeRows(nodes), FragTable(shapes)
+    for pod in _pods(rng):
+        want = score_nodes(Policy.KUBEGPU_PLAN, nodes, pod, shapes)
+        score = node_scorer(Policy.KUBEGPU_PLAN, pod, rows, frag)
+        got = [score(r) for r in range(len(nodes.gpu_count))]
+        assert [s for s, _ in got] == want.score.tolist(), pod
+        fits = want.score > -np.inf
+        assert [g for (_, g), ok in zip(got, fits, strict=True) if ok] == want.gpu[fits].tolist(), pod
+
+
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_kubegpu_per_node_scores_equal_the_vectorised_ones_when_its_target_is_not_fgds(seed: int) -> None:
     # without 50-milli shapes nothing fills an 810 pod's leftover: kubegpu's target differs from FGD's

@@ -7,9 +7,27 @@ import itertools
 import numpy as np
 import pytest
 
-from kubegpu.sim.plan import PLAN_BUCKET_MILLI, value_plan, value_plan_of
-from kubegpu.sim.scoring import MILLI, Policy, TypicalShapes, score_nodes, typical_shapes
-from tests.unit.sim.test_nodescore import MODELS, _nodes, _pods, _shapes
+from kubegpu.sim.plan import (
+    PLAN_BUCKET_MILLI,
+    PLAN_CPU_MATCH_SCALE,
+    PLAN_CPU_MATCH_STEPS,
+    cpu_match_step,
+    cpu_match_steps,
+    value_plan,
+    value_plan_of,
+)
+from kubegpu.sim.scoring import (
+    MILLI,
+    N_CLASSES,
+    NodeArrays,
+    PodRequest,
+    Policy,
+    TypicalShapes,
+    fragmentation,
+    score_nodes,
+    typical_shapes,
+)
+from tests.unit.sim.test_nodescore import MODELS, _nodes, _pods, _shapes, sharing_shapes
 
 
 def _workload(pods: dict[tuple[int, int], int]) -> TypicalShapes:
@@ -102,3 +120,84 @@ def test_a_share_goes_to_the_gpu_that_loses_the_least_value_to_go_and_only_then_
                 own = plan.value[free[base.gpu[r]] - pod.gpu_milli] - plan.value[free[base.gpu[r]]]
                 if np.floor(own / PLAN_BUCKET_MILLI) == best:
                     assert g == base.gpu[r]  # kubegpu's own GPU whenever it is in the best bucket
+
+
+def test_the_cpu_match_is_on_only_where_shares_carry_most_of_the_gpu_demand() -> None:
+    assert value_plan(_workload(SHARED)).cpu_match  # shares: 498,000 of 638,000 milli of demand
+    assert not value_plan(_workload({(1, 810): 100, (1, 470): 100, (1, 1000): 300})).cpu_match
+    assert not value_plan(_workload({(1, 1000): 300, (2, 1000): 10})).cpu_match  # no shares: flat
+
+
+def test_the_cpu_match_is_highest_where_the_nodes_cores_per_idle_milli_equal_the_pods() -> None:
+    # the pod's (3152 + 100) / 810 is 4.01 milli-cores per milli; a node with 5.3 cores free and
+    # 1520 milli idle has (5304 + 1000) / (1520 + 100) = 3.89: within e^(1/3), all the steps
+    assert cpu_match_step(5304, 1520, 3152, 810) == PLAN_CPU_MATCH_STEPS
+    # 8 idle GPUs: the match peaks where the node's 32 cores give the pod's ratio, falls either side
+    steps = [cpu_match_step(cores * 1000, 8000, 3152, 810) for cores in (4, 8, 16, 32, 64, 96)]
+    assert steps[3] == PLAN_CPU_MATCH_STEPS
+    assert steps[:4] == sorted(steps[:4]) and steps[3:] == sorted(steps[3:], reverse=True)
+    assert steps[0] < steps[2] and steps[5] < steps[4]
+    # a factor e^(k/3) apart in either direction costs k steps
+    assert (
+        cpu_match_step(0, 8000, 3152, 810)
+        == cpu_match_steps(np.array([0]), np.array([8000]), 3152, 810).tolist()[0]
+    )
+    x = ((0 + 1000.0) / (8000 + 100.0)) / ((3152 + 100.0) / 810)
+    assert cpu_match_step(0, 8000, 3152, 810) == PLAN_CPU_MATCH_STEPS - int(
+        np.floor(PLAN_CPU_MATCH_SCALE * abs(np.log(x)))
+    )
+
+
+def _two_nodes(shapes: TypicalShapes, cpu: tuple[int, int]) -> NodeArrays:
+    """Two empty 2-GPU nodes with ``cpu`` milli-cores each."""
+    free = np.full((2, 2), MILLI, dtype=np.int64)
+    cores = np.array(cpu, dtype=np.int64)
+    return NodeArrays(
+        cpu_left_milli=cores,
+        memory_left_mib=np.array([1 << 20, 1 << 20], dtype=np.int64),
+        gpu_free_milli=free,
+        gpu_count=np.array([2, 2], dtype=np.int64),
+        model_index=np.array([0, 0], dtype=np.int64),
+        class_counts=np.zeros((2, N_CLASSES), dtype=np.int64),
+        frag_milli=fragmentation(free, cores, np.array([0, 0]), shapes),
+    )
+
+
+def test_with_the_cpu_match_a_cpu_heavy_share_takes_the_cpu_rich_node_where_kubegpu_ties() -> None:
+    shapes = _workload(SHARED)
+    assert value_plan_of(shapes).cpu_match
+    nodes = _two_nodes(shapes, (32_000, 64_000))  # 16 and 32 cores per GPU, both empty: one bucket
+    ok = np.ones(MODELS, dtype=bool)
+    heavy = PodRequest(cpu_milli=11_908, memory_mib=0, num_gpu=1, gpu_milli=470, model_ok=ok)
+    # kubegpu scores both alike, so the node order would take the first ...
+    kube = score_nodes(Policy.KUBEGPU, nodes, heavy, shapes).score
+    assert kube[0] == kube[1]
+    # ... the match sends 25 cores per GPU's worth to the node with 32 per GPU, not 16
+    assert int(np.argmax(score_nodes(Policy.KUBEGPU_PLAN, nodes, heavy, shapes).score)) == 1
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_with_the_cpu_match_the_match_ranks_the_nodes_inside_a_bucket_before_kubegpus_score(
+    seed: int,
+) -> None:
+    rng = np.random.default_rng(seed)
+    shapes = sharing_shapes(rng)
+    plan = value_plan_of(shapes)
+    assert plan.cpu_match
+    nodes = _nodes(rng, shapes)
+    for pod in _pods(rng):
+        if not pod.shared:
+            continue
+        got = score_nodes(Policy.KUBEGPU_PLAN, nodes, pod, shapes)
+        base = score_nodes(Policy.KUBEGPU, nodes, pod, shapes)
+        match = cpu_match_steps(
+            nodes.cpu_left_milli, nodes.gpu_free_milli.sum(axis=1), pod.cpu_milli, pod.gpu_milli
+        )
+        for r in np.flatnonzero(np.isfinite(base.score)):
+            free = nodes.gpu_free_milli[r]
+            best = max(
+                np.floor((plan.value[f - pod.gpu_milli] - plan.value[f]) / PLAN_BUCKET_MILLI)
+                for f in free
+                if f >= pod.gpu_milli
+            )
+            assert got.score[r] == best * 1e6 + match[r] * 1000 + base.score[r]
