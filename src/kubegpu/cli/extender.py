@@ -79,8 +79,9 @@ def register(app: typer.Typer) -> None:
         parse_address(listen, flag="--listen")  # bad input is refused before anything starts
         placer = get_policy(policy)
         typical = typical_from_file(workload) if workload is not None else default_typical()
+        plan_note = ""
         if placer.name == Policy.KUBEGPU_PLAN.value:  # its plan (an LP) now, not at the first pod
-            value_plan_of(typical)
+            plan_note = f" (plan: {value_plan_of(typical).summary()})"
         api = KubeApi(kubeconfig=kubeconfig)
         ledger = Ledger(policy=placer, typical=typical, reservation_ttl_s=reservation_ttl)
         front = Extender(ledger, ApiBinder(api), ready=False)
@@ -97,7 +98,8 @@ def register(app: typer.Typer) -> None:
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: stop.set())
         typer.echo(
-            f"kubegpu extender: policy {placer.name}, serving on {listen} (port {server.port})", err=True
+            f"kubegpu extender: policy {placer.name}{plan_note}, serving on {listen} (port {server.port})",
+            err=True,
         )
         stop.wait()
         sync.stop()

@@ -84,12 +84,23 @@ class ValuePlan:
     pivot_placed: float = 0.0  # share of the pivot's arrivals the plan places
     plan_pct: float = 0.0  # the plan's allocation, % of the capacity
     seconds: float = 0.0
-    cpu_match: bool = False  # rank a bucket's nodes by cpu_match_steps first (module docstring, 4.)
+    cpu_match: bool = False  # rank a bucket's nodes by cpu_match_steps first (module docstring, "CPU match")
 
     @property
     def flat(self) -> bool:
         """No free milli is worth anything: the plan cannot tell GPUs apart."""
         return not bool(self.value.any())
+
+    def summary(self) -> str:
+        """One line for an operator: the pivot and whether the CPU match is on."""
+        if self.flat:
+            return "flat (no shares to place by value-to-go)"
+        pivot = (
+            f"pivot {self.pivot_milli} milli placed on {self.pivot_placed:.0%} of its arrivals"
+            if self.pivot_milli
+            else "no pivot"
+        )
+        return f"{pivot}, CPU match {'on' if self.cpu_match else 'off'}"
 
     def buckets(self, free_milli: IntArray, milli: int) -> FloatArray:
         """Per GPU: ``floor(-(U(f) - U(f - milli)) / PLAN_BUCKET_MILLI)``, ``-inf`` where it has no room."""

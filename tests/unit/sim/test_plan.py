@@ -201,3 +201,13 @@ def test_with_the_cpu_match_the_match_ranks_the_nodes_inside_a_bucket_before_kub
                 if f >= pod.gpu_milli
             )
             assert got.score[r] == best * 1e6 + match[r] * 1000 + base.score[r]
+
+
+def test_the_plan_sums_itself_up_in_one_line_for_the_extenders_log() -> None:
+    sharing = value_plan(_workload(SHARED))
+    assert sharing.summary() == (
+        f"pivot 810 milli placed on {sharing.pivot_placed:.0%} of its arrivals, CPU match on"
+    )
+    whole = value_plan(_workload({(1, 810): 100, (1, 470): 100, (1, 1000): 300}))
+    assert whole.summary().endswith("CPU match off")
+    assert value_plan(_workload({(1, 1000): 300})).summary() == "flat (no shares to place by value-to-go)"
