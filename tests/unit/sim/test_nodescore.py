@@ -121,14 +121,12 @@ def _pods(rng: np.random.Generator) -> list[PodRequest]:
     return out
 
 
-@pytest.mark.parametrize("policy", list(Policy))
-@pytest.mark.parametrize("seed", [0, 1, 2])
-def test_per_node_scores_and_gpus_equal_the_vectorised_ones(policy: Policy, seed: int) -> None:
-    rng = np.random.default_rng(seed)
-    shapes = _shapes(rng)
-    nodes = _nodes(rng, shapes)
+def assert_per_node_equals_vectorised(
+    policy: Policy, shapes: TypicalShapes, nodes: NodeArrays, pods: list[PodRequest]
+) -> None:
+    """Every row's per-node score and GPU are the vectorised ones, value for value."""
     rows, frag = NodeRows(nodes), FragTable(shapes)
-    for pod in _pods(rng):
+    for pod in pods:
         want = score_nodes(policy, nodes, pod, shapes)
         score = node_scorer(policy, pod, rows, frag)
         got = [score(r) for r in range(len(nodes.gpu_count))]
@@ -138,6 +136,15 @@ def test_per_node_scores_and_gpus_equal_the_vectorised_ones(policy: Policy, seed
             policy,
             pod,
         )
+
+
+@pytest.mark.parametrize("policy", list(Policy))
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_per_node_scores_and_gpus_equal_the_vectorised_ones(policy: Policy, seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    shapes = _shapes(rng)
+    nodes = _nodes(rng, shapes)
+    assert_per_node_equals_vectorised(policy, shapes, nodes, _pods(rng))
 
 
 def sharing_shapes(rng: np.random.Generator) -> TypicalShapes:
@@ -160,14 +167,7 @@ def test_kubegpu_plan_per_node_scores_equal_the_vectorised_ones_with_its_cpu_mat
     shapes = sharing_shapes(rng)
     assert value_plan_of(shapes).cpu_match
     nodes = _nodes(rng, shapes)
-    rows, frag = NodeRows(nodes), FragTable(shapes)
-    for pod in _pods(rng):
-        want = score_nodes(Policy.KUBEGPU_PLAN, nodes, pod, shapes)
-        score = node_scorer(Policy.KUBEGPU_PLAN, pod, rows, frag)
-        got = [score(r) for r in range(len(nodes.gpu_count))]
-        assert [s for s, _ in got] == want.score.tolist(), pod
-        fits = want.score > -np.inf
-        assert [g for (_, g), ok in zip(got, fits, strict=True) if ok] == want.gpu[fits].tolist(), pod
+    assert_per_node_equals_vectorised(Policy.KUBEGPU_PLAN, shapes, nodes, _pods(rng))
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
@@ -177,15 +177,8 @@ def test_kubegpu_per_node_scores_equal_the_vectorised_ones_when_its_target_is_no
     shapes = _shapes(rng, shares=(1000, 810, 470, 320, 650, 230))
     assert kubegpu_target(shapes) is not shapes
     nodes = _nodes(rng, shapes)
-    rows, frag = NodeRows(nodes), FragTable(shapes)
-    assert frag.target() is not frag
-    for pod in _pods(rng):
-        want = score_nodes(Policy.KUBEGPU, nodes, pod, shapes)
-        score = node_scorer(Policy.KUBEGPU, pod, rows, frag)
-        got = [score(r) for r in range(len(nodes.gpu_count))]
-        assert [s for s, _ in got] == want.score.tolist(), pod
-        fits = want.score > -np.inf
-        assert [g for (_, g), ok in zip(got, fits, strict=True) if ok] == want.gpu[fits].tolist(), pod
+    assert FragTable(shapes).target() is not FragTable(shapes)
+    assert_per_node_equals_vectorised(Policy.KUBEGPU, shapes, nodes, _pods(rng))
 
 
 def test_frag_table_equals_the_vectorised_fragmentation_of_each_row() -> None:

@@ -11,6 +11,7 @@ from kubegpu.sim.plan import (
     PLAN_BUCKET_MILLI,
     PLAN_CPU_MATCH_SCALE,
     PLAN_CPU_MATCH_STEPS,
+    ValuePlan,
     cpu_match_step,
     cpu_match_steps,
     value_plan,
@@ -36,6 +37,13 @@ def _workload(pods: dict[tuple[int, int], int]) -> TypicalShapes:
         (4000, milli, num, np.ones(MODELS, dtype=bool), f"{num}x{milli}") for (num, milli) in sorted(pods)
     ]
     return typical_shapes(shapes, [pods[k] for k in sorted(pods)], n_models=MODELS, coverage=1.0)
+
+
+def _best_bucket(plan: ValuePlan, free: np.ndarray, milli: int) -> float:
+    """The best bucket of value-to-go lost over a node's GPUs with room for ``milli``."""
+    return float(
+        max(np.floor((plan.value[f - milli] - plan.value[f]) / PLAN_BUCKET_MILLI) for f in free if f >= milli)
+    )
 
 
 SHARED = {(1, 810): 300, (1, 600): 200, (1, 400): 150, (1, 300): 250, (1, 1000): 100, (2, 1000): 20}
@@ -85,31 +93,35 @@ def test_the_plan_is_solved_once_per_workload() -> None:
     assert value_plan_of(shapes) is value_plan_of(shapes)
 
 
+@pytest.mark.parametrize("sharing", [False, True])
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_a_share_goes_to_the_gpu_that_loses_the_least_value_to_go_and_only_then_by_kubegpus_score(
-    seed: int,
+    seed: int, sharing: bool
 ) -> None:
+    # with the CPU match (sharing-heavy workloads) the node's match comes between the two
     rng = np.random.default_rng(seed)
-    shapes = _shapes(rng)
+    shapes = sharing_shapes(rng) if sharing else _shapes(rng)
     plan = value_plan_of(shapes)
     assert not plan.flat
+    assert plan.cpu_match is sharing
     nodes = _nodes(rng, shapes)
     for pod in _pods(rng):
         if not pod.shared:
             continue
         got = score_nodes(Policy.KUBEGPU_PLAN, nodes, pod, shapes)
         base = score_nodes(Policy.KUBEGPU, nodes, pod, shapes)
+        match = cpu_match_steps(
+            nodes.cpu_left_milli, nodes.gpu_free_milli.sum(axis=1), pod.cpu_milli, pod.gpu_milli
+        )
         fits = np.isfinite(base.score)
         assert np.array_equal(np.isfinite(got.score), fits)  # the plan never makes a pod fit
         for r in np.flatnonzero(fits):
             free = nodes.gpu_free_milli[r]
-            loss = [
-                np.floor((plan.value[f - pod.gpu_milli] - plan.value[f]) / PLAN_BUCKET_MILLI)
-                for f in free
-                if f >= pod.gpu_milli
-            ]
-            best = max(loss)
-            assert got.score[r] == best * 1000 + base.score[r]
+            best = _best_bucket(plan, free, pod.gpu_milli)
+            if sharing:
+                assert got.score[r] == best * 1e6 + match[r] * 1000 + base.score[r]
+            else:
+                assert got.score[r] == best * 1000 + base.score[r]
             g = int(got.gpu[r])
             assert free[g] >= pod.gpu_milli
             assert (
@@ -174,33 +186,6 @@ def test_with_the_cpu_match_a_cpu_heavy_share_takes_the_cpu_rich_node_where_kube
     assert kube[0] == kube[1]
     # ... the match sends 25 cores per GPU's worth to the node with 32 per GPU, not 16
     assert int(np.argmax(score_nodes(Policy.KUBEGPU_PLAN, nodes, heavy, shapes).score)) == 1
-
-
-@pytest.mark.parametrize("seed", [0, 1, 2])
-def test_with_the_cpu_match_the_match_ranks_the_nodes_inside_a_bucket_before_kubegpus_score(
-    seed: int,
-) -> None:
-    rng = np.random.default_rng(seed)
-    shapes = sharing_shapes(rng)
-    plan = value_plan_of(shapes)
-    assert plan.cpu_match
-    nodes = _nodes(rng, shapes)
-    for pod in _pods(rng):
-        if not pod.shared:
-            continue
-        got = score_nodes(Policy.KUBEGPU_PLAN, nodes, pod, shapes)
-        base = score_nodes(Policy.KUBEGPU, nodes, pod, shapes)
-        match = cpu_match_steps(
-            nodes.cpu_left_milli, nodes.gpu_free_milli.sum(axis=1), pod.cpu_milli, pod.gpu_milli
-        )
-        for r in np.flatnonzero(np.isfinite(base.score)):
-            free = nodes.gpu_free_milli[r]
-            best = max(
-                np.floor((plan.value[f - pod.gpu_milli] - plan.value[f]) / PLAN_BUCKET_MILLI)
-                for f in free
-                if f >= pod.gpu_milli
-            )
-            assert got.score[r] == best * 1e6 + match[r] * 1000 + base.score[r]
 
 
 def test_the_plan_sums_itself_up_in_one_line_for_the_extenders_log() -> None:
