@@ -18,7 +18,6 @@ which typical CPU requests fit, and the sorted free milli of the GPUs.
 
 from __future__ import annotations
 
-import math
 import weakref
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable
@@ -208,32 +207,51 @@ def _plan_scorer(kube: NodeScorer, pod: PodRequest, rows: NodeRows, frag: FragTa
     """kubegpu-plan's score of a row (``scoring.score_kubegpu_plan``) around kubegpu's (``kube``)."""
     if not pod.shared:
         return kube
-    from kubegpu.sim.plan import PLAN_BUCKET_MILLI, cpu_match_step, value_plan_of
+    from kubegpu.sim.plan import (
+        PLAN_BUCKET_MILLI,
+        PLAN_CPU_PRICES,
+        PLAN_VALUE_UNIT,
+        cpu_match_step,
+        value_plan_of,
+    )
 
     plan = value_plan_of(frag.shapes())
     if plan.flat:
         return kube
-    value: list[float] = plan.value.tolist()
+    table: list[list[int]] = plan.node_table.tolist()
+    priced = list(zip(table, PLAN_CPU_PRICES, strict=True))
     milli = pod.gpu_milli
     free_of, cpu_of = rows.free, rows.cpu
-    step = float(PLAN_BUCKET_MILLI)
+    unit = PLAN_BUCKET_MILLI * PLAN_VALUE_UNIT
     match_cpu, pod_cpu = plan.cpu_match, pod.cpu_milli
 
     def score_kubegpu_plan(r: int) -> tuple[float, int]:
         base, hint = kube(r)
         if base == NEG_INF:
             return base, hint
+        free, cpu = free_of[r], cpu_of[r]
+        # the node's value before and after (plan.ValuePlan.buckets), in the same integers
+        sums = [sum(row[f] for f in free) for row in table]
+        before = min(s + price * cpu for s, (_, price) in zip(sums, priced, strict=True))
+        cpu_after = cpu - pod_cpu
         best, first, at_hint = NEG_INF, -1, NEG_INF
-        for g, f in enumerate(free_of[r]):
+        lost: dict[int, float] = {}
+        for g, f in enumerate(free):
             if f >= milli:
-                b = float(math.floor((value[f - milli] - value[f]) / step))
+                b = lost.get(f)
+                if b is None:
+                    after = min(
+                        s - row[f] + row[f - milli] + price * cpu_after
+                        for s, (row, price) in zip(sums, priced, strict=True)
+                    )
+                    b = lost[f] = float((after - before) // unit)
                 if b > best:
                     best, first = b, g
                 if g == hint:
                     at_hint = b
         gpu = hint if hint >= 0 and at_hint == best else first
         if match_cpu:
-            match = cpu_match_step(cpu_of[r], sum(free_of[r]), pod_cpu, milli)
+            match = cpu_match_step(cpu, sum(free), pod_cpu, milli)
             return best * 1e6 + match * 1000.0 + base, gpu
         return best * 1000.0 + base, gpu
 

@@ -16,9 +16,19 @@ it: 190 milli left beside an 810-milli pod is worth almost nothing when 160-mill
 3. **Value-to-go** ``U(f)``: the best total ``gpu_milli - p_i`` over the shares that fit in ``f``
    free milli (a knapsack over the shares, each as often as it fits), for f = 0 .. 1000.
 
-A share of ``m`` milli on a GPU with ``f`` free loses ``U(f) - U(f - m)`` of value-to-go; the policy
-buckets that loss by ``PLAN_BUCKET_MILLI`` (``ValuePlan.buckets``) and ranks nodes by the bucket
-first, kubegpu's score second (docs/sim.md, "kubegpu-plan").
+4. **Node value** ``V(F, C)`` of a node with free milli ``F = (f_1 .. f_G)`` on its GPUs and ``C`` free
+   cores: the GPUs' value-to-go, held to what the node's cores can feed. With ``U_l(f)`` the same
+   knapsack at profits ``gpu_milli - p_i - l * cores_i`` (a price of ``l`` milli per core),
+   ``V(F, C) = min over l in PLAN_CPU_PRICES of (sum_g U_l(f_g) + l * C)``: the Lagrangian bound on
+   the best the node's shares could still bring within its cores. Where the cores are plenty the
+   minimum is at ``l = 0`` and ``V`` is the GPUs' own ``sum_g U(f_g)``; on a node whose cores would
+   run out first, a share that takes cores costs the value of the GPUs they would have fed.
+   ``V`` is kept in integers (``PLAN_VALUE_UNIT`` per milli) so that every engine computes the
+   same number exactly, in any order of summing.
+
+A share of ``m`` milli and ``c`` cores on GPU ``g`` of a node loses ``V(F, C) - V(F - m e_g, C - c)``
+of value-to-go; the policy buckets that loss by ``PLAN_BUCKET_MILLI`` (``ValuePlan.buckets``) and
+ranks nodes by the bucket first, kubegpu's score second (docs/sim.md, "kubegpu-plan").
 
 **CPU match** (``ValuePlan.cpu_match``): where shares carry at least ``PLAN_CPU_MATCH_SHARED`` of the
 GPU demand, the nodes' cores run out before their GPUs (docs/benchmarks.md, "Where the rest of the
@@ -48,9 +58,11 @@ __all__ = [
     "PLAN_CPU_MATCH_SCALE",
     "PLAN_CPU_MATCH_SHARED",
     "PLAN_CPU_MATCH_STEPS",
+    "PLAN_CPU_PRICES",
     "PLAN_GPUS",
     "PLAN_GRID",
     "PLAN_INFLATE",
+    "PLAN_VALUE_UNIT",
     "ValuePlan",
     "cpu_match_step",
     "cpu_match_steps",
@@ -63,6 +75,10 @@ PLAN_INFLATE = 1.3  # the plan's arrived GPU demand, as a multiple of the capaci
 PLAN_GRID = 20  # the plan tries the pivot placed on 0, 1/20, ..., 20/20 of its arrivals
 PLAN_BUCKET_MILLI = 50  # losses of value-to-go within one bucket count alike (kubegpu decides)
 PLAN_PIVOT_DEMAND = 0.05  # a pivot makes up at least this share of the GPU demand
+# prices of a core (milli of GPU) over which a node's value takes its minimum (module docstring, 4.);
+# 300 is above any share's profit per core, so the last price leaves the node's cores alone
+PLAN_CPU_PRICES: tuple[int, ...] = (0, 3, 6, 10, 16, 25, 40, 65, 100, 170, 300)
+PLAN_VALUE_UNIT = 1000  # node values in 1/1000 milli: integers, the same in every engine
 PLAN_CPU_MATCH_SHARED = 0.7  # the CPU match is on when shares carry at least this share of GPU demand
 PLAN_CPU_MATCH_SCALE = 3.0  # match steps per unit of |ln(node's cores per idle milli / the pod's)|
 PLAN_CPU_MATCH_STEPS = 500  # the match runs from this (equal ratios) down to 0 (e^(500/3) apart)
@@ -72,6 +88,12 @@ _MATCH_EDGES: tuple[float, ...] = tuple(
     math.exp(k / PLAN_CPU_MATCH_SCALE) for k in range(1, PLAN_CPU_MATCH_STEPS + 1)
 )
 _MATCH_EDGE_ARRAY = np.array(_MATCH_EDGES)
+_CPU_PRICE_ARRAY = np.array(PLAN_CPU_PRICES, dtype=np.int64)
+_BUCKET_UNITS = PLAN_BUCKET_MILLI * PLAN_VALUE_UNIT
+
+
+def _empty_table() -> IntArray:
+    return np.zeros((len(PLAN_CPU_PRICES), MILLI + 1), dtype=np.int64)
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)
@@ -79,6 +101,8 @@ class ValuePlan:
     """``value[f]``: what ``f`` free milli on one GPU is worth to the shares to come (milli)."""
 
     value: FloatArray  # 1001 entries, non-decreasing, value[0] == 0
+    # per price of PLAN_CPU_PRICES: U_l(f) for f = 0 .. 1000 in PLAN_VALUE_UNIT (module docstring, 4.)
+    node_table: IntArray = field(default_factory=_empty_table)
     prices: dict[int, float] = field(default_factory=dict)  # share milli -> its lowest price
     pivot_milli: int = 0  # 0: no pivot (the plan is the offline LP)
     pivot_placed: float = 0.0  # share of the pivot's arrivals the plan places
@@ -102,13 +126,28 @@ class ValuePlan:
         )
         return f"{pivot}, CPU match {'on' if self.cpu_match else 'off'}"
 
-    def buckets(self, free_milli: IntArray, milli: int) -> FloatArray:
-        """Per GPU: ``floor(-(U(f) - U(f - milli)) / PLAN_BUCKET_MILLI)``, ``-inf`` where it has no room."""
+    def node_values(self, free_milli: IntArray, cpu_left_milli: IntArray) -> IntArray:
+        """``V(F, C)`` per row (module docstring, 4.): rows of free milli per GPU, free milli-cores."""
+        sums = self.node_table[:, free_milli].sum(axis=2)  # prices x rows
+        out: IntArray = (sums + _CPU_PRICE_ARRAY[:, None] * cpu_left_milli[None, :]).min(axis=0)
+        return out
+
+    def buckets(
+        self, free_milli: IntArray, cpu_left_milli: IntArray, milli: int, cpu_milli: int
+    ) -> FloatArray:
+        """Per row and GPU: ``floor((V(after) - V(before)) / PLAN_BUCKET_MILLI)`` for a share of
+        ``milli`` and ``cpu_milli`` on that GPU, ``-inf`` where the GPU has no room for it."""
+        table = self.node_table
         room = free_milli >= milli
         after = np.where(room, free_milli - milli, 0)
-        out: FloatArray = np.where(
-            room, np.floor((self.value[after] - self.value[free_milli]) / PLAN_BUCKET_MILLI), -np.inf
-        )
+        held = table[:, free_milli]  # prices x rows x GPUs
+        sums = held.sum(axis=2)
+        prices = _CPU_PRICE_ARRAY[:, None]
+        before = (sums + prices * cpu_left_milli[None, :]).min(axis=0)
+        moved = sums[:, :, None] - held + table[:, after]
+        cores = prices[:, :, None] * (cpu_left_milli - cpu_milli)[None, :, None]
+        lost = (moved + cores).min(axis=0) - before[:, None]
+        out: FloatArray = np.where(room, np.floor_divide(lost, _BUCKET_UNITS).astype(np.float64), -np.inf)
         return out
 
 
@@ -212,12 +251,21 @@ def value_plan(shapes: TypicalShapes) -> ValuePlan:
     profit = np.where(shares, size - result.prices, 0.0)
     limits = np.where(shares, MILLI // np.maximum(size, 1), 0)
     value = knapsack_values(size, profit, limits)  # non-decreasing: the set for w fits in w + 1
+    cores = shapes.cpu_milli[gpu].astype(np.float64) / MILLI
+    node_table = np.array(
+        [
+            np.rint(knapsack_values(size, profit - price * cores, limits) * PLAN_VALUE_UNIT)
+            for price in PLAN_CPU_PRICES
+        ],
+        dtype=np.int64,
+    )
     prices: dict[int, float] = {}
     for i in np.flatnonzero(shares):
         milli = int(size[i])
         prices[milli] = min(prices.get(milli, np.inf), round(float(result.prices[i]), 3))
     return ValuePlan(
         value=value,
+        node_table=node_table,
         cpu_match=bool(demand[shares].sum() >= PLAN_CPU_MATCH_SHARED * demand.sum()),
         prices=dict(sorted(prices.items())),
         pivot_milli=int(size[pivot]) if pivot >= 0 else 0,

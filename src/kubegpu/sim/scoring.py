@@ -681,8 +681,9 @@ def score_kubegpu_plan(nodes: NodeArrays, pod: PodRequest, shapes: TypicalShapes
     """kubegpu-plan: a share goes where it loses the least value-to-go, then as kubegpu places it.
 
     ``kubegpu.sim.plan`` prices what each GPU's free milli is worth to the shares still to come
-    (from an LP plan of the whole target workload); a share of m milli on a GPU with f free loses
-    ``U(f) - U(f - m)``, bucketed by ``PLAN_BUCKET_MILLI``. Per node: the best bucket over its GPUs x
+    (from an LP plan of the whole target workload) and what a node's GPUs are worth within its free
+    cores (``ValuePlan.node_values``); a share on a GPU loses the node's value before less after,
+    bucketed by ``PLAN_BUCKET_MILLI``. Per node: the best bucket over its GPUs x
     1000 + kubegpu's score (0-100), so the bucket decides and kubegpu's score breaks ties; the share
     takes kubegpu's GPU when that GPU is in the node's best bucket, else the first GPU that is.
     With the plan's CPU match on (sharing-heavy workloads, ``ValuePlan.cpu_match``) the node's
@@ -697,7 +698,7 @@ def score_kubegpu_plan(nodes: NodeArrays, pod: PodRequest, shapes: TypicalShapes
     plan = value_plan_of(shapes)
     if plan.flat:
         return base
-    bucket = plan.buckets(nodes.gpu_free_milli, pod.gpu_milli)
+    bucket = plan.buckets(nodes.gpu_free_milli, nodes.cpu_left_milli, pod.gpu_milli, pod.cpu_milli)
     best = bucket.max(axis=1) if bucket.shape[1] else np.full(len(base.score), -np.inf)
     hint = base.gpu
     hinted = np.where(hint >= 0, bucket[np.arange(len(hint)), np.maximum(hint, 0)], -np.inf)

@@ -11,6 +11,8 @@ from kubegpu.sim.plan import (
     PLAN_BUCKET_MILLI,
     PLAN_CPU_MATCH_SCALE,
     PLAN_CPU_MATCH_STEPS,
+    PLAN_CPU_PRICES,
+    PLAN_VALUE_UNIT,
     ValuePlan,
     cpu_match_step,
     cpu_match_steps,
@@ -39,10 +41,26 @@ def _workload(pods: dict[tuple[int, int], int]) -> TypicalShapes:
     return typical_shapes(shapes, [pods[k] for k in sorted(pods)], n_models=MODELS, coverage=1.0)
 
 
-def _best_bucket(plan: ValuePlan, free: np.ndarray, milli: int) -> float:
-    """The best bucket of value-to-go lost over a node's GPUs with room for ``milli``."""
-    return float(
-        max(np.floor((plan.value[f - milli] - plan.value[f]) / PLAN_BUCKET_MILLI) for f in free if f >= milli)
+def _node_value(plan: ValuePlan, free: list[int], cpu_milli: int) -> int:
+    """V(F, C) from its definition: the least over the core prices of sum_g U_l(f_g) + l * C."""
+    return min(
+        sum(int(plan.node_table[j, f]) for f in free) + price * cpu_milli
+        for j, price in enumerate(PLAN_CPU_PRICES)
+    )
+
+
+def _loss_bucket(plan: ValuePlan, free: list[int], cpu_milli: int, gpu: int, pod: PodRequest) -> float:
+    """The bucket of node value a share loses on GPU ``gpu`` of a node (reference for the engines)."""
+    after = list(free)
+    after[gpu] -= pod.gpu_milli
+    lost = _node_value(plan, after, cpu_milli - pod.cpu_milli) - _node_value(plan, free, cpu_milli)
+    return float(lost // (PLAN_BUCKET_MILLI * PLAN_VALUE_UNIT))
+
+
+def _best_bucket(plan: ValuePlan, free: list[int], cpu_milli: int, pod: PodRequest) -> float:
+    """The best bucket of node value lost over a node's GPUs with room for ``pod``."""
+    return max(
+        _loss_bucket(plan, free, cpu_milli, g, pod) for g, f in enumerate(free) if f >= pod.gpu_milli
     )
 
 
@@ -67,6 +85,53 @@ def test_value_to_go_is_the_best_set_of_shares_at_the_plans_prices() -> None:
             if sum(c * m for c, m in zip(n, profit, strict=True)) <= free:
                 best = max(best, sum(c * profit[m] for c, m in zip(n, profit, strict=True)))
         assert plan.value[free] == pytest.approx(best, abs=1e-6), free
+
+
+def test_each_core_price_gives_the_best_set_of_shares_at_the_plans_prices_less_their_cores() -> None:
+    plan = value_plan(_workload(SHARED))  # every share asks 4 cores
+    assert plan.node_table.shape == (len(PLAN_CPU_PRICES), MILLI + 1)
+    assert PLAN_CPU_PRICES[0] == 0
+    assert np.array_equal(plan.node_table[0], np.rint(plan.value * PLAN_VALUE_UNIT))
+    for j, price in enumerate(PLAN_CPU_PRICES):
+        profit = {milli: milli - p - 4 * price for milli, p in plan.prices.items()}
+        for free in range(0, MILLI + 1, 50):
+            best = 0.0
+            for n in itertools.product(*(range(free // m + 1) for m in profit)):
+                if sum(c * m for c, m in zip(n, profit, strict=True)) <= free:
+                    best = max(best, sum(c * profit[m] for c, m in zip(n, profit, strict=True)))
+            assert plan.node_table[j, free] == round(best * PLAN_VALUE_UNIT), (price, free)
+    assert not plan.node_table[-1].any()  # the last price is above any share's profit per core
+
+
+def test_a_nodes_value_is_its_gpus_while_its_cores_last_and_falls_to_nothing_without_cores() -> None:
+    plan = value_plan(_workload(SHARED))
+    free = [MILLI, MILLI, 530, 190]
+    gpus_alone = sum(int(plan.node_table[0, f]) for f in free)
+    assert gpus_alone > 0
+    values = [_node_value(plan, free, cores * 1000) for cores in (0, 2, 4, 8, 12, 16, 32, 96)]
+    assert values[0] == 0  # no cores: no share can still come
+    assert values == sorted(values)  # more cores are never worth less
+    assert values[-1] == gpus_alone  # plenty of cores: the GPUs' own value-to-go
+    assert values[2] < gpus_alone  # 4 cores feed one 4-core share, not the three GPUs' worth
+    # the vectorised form gives the same integers
+    rows = np.array([free] * 8, dtype=np.int64)
+    cpu = np.array([0, 2, 4, 8, 12, 16, 32, 96], dtype=np.int64) * 1000
+    assert plan.node_values(rows, cpu).tolist() == values
+
+
+def test_a_share_that_takes_a_nodes_last_cores_loses_the_value_of_the_gpus_they_would_feed() -> None:
+    shapes = _workload(SHARED)
+    plan = value_plan_of(shapes)
+    ok = np.ones(MODELS, dtype=bool)
+    pod = PodRequest(cpu_milli=4000, memory_mib=0, num_gpu=1, gpu_milli=400, model_ok=ok)
+    # two empty 2-GPU nodes: 8 cores (the share leaves 4, for one more share) or 64 cores
+    nodes = _two_nodes(shapes, (8_000, 64_000))
+    bucket = plan.buckets(nodes.gpu_free_milli, nodes.cpu_left_milli, pod.gpu_milli, pod.cpu_milli)
+    assert bucket[0].max() < bucket[1].max()
+    for r, cpu in enumerate((8_000, 64_000)):
+        for g in range(2):
+            assert bucket[r, g] == _loss_bucket(plan, [MILLI, MILLI], cpu, g, pod)
+    assert int(np.argmax(score_nodes(Policy.KUBEGPU_PLAN, nodes, pod, shapes).score)) == 1
 
 
 def test_the_plan_places_the_pivot_on_part_of_its_arrivals_and_reports_it() -> None:
@@ -116,22 +181,19 @@ def test_a_share_goes_to_the_gpu_that_loses_the_least_value_to_go_and_only_then_
         fits = np.isfinite(base.score)
         assert np.array_equal(np.isfinite(got.score), fits)  # the plan never makes a pod fit
         for r in np.flatnonzero(fits):
-            free = nodes.gpu_free_milli[r]
-            best = _best_bucket(plan, free, pod.gpu_milli)
+            free = nodes.gpu_free_milli[r].tolist()
+            cpu = int(nodes.cpu_left_milli[r])
+            best = _best_bucket(plan, free, cpu, pod)
             if sharing:
                 assert got.score[r] == best * 1e6 + match[r] * 1000 + base.score[r]
             else:
                 assert got.score[r] == best * 1000 + base.score[r]
             g = int(got.gpu[r])
             assert free[g] >= pod.gpu_milli
-            assert (
-                np.floor((plan.value[free[g] - pod.gpu_milli] - plan.value[free[g]]) / PLAN_BUCKET_MILLI)
-                == best
-            )
-            if base.gpu[r] >= 0 and free[base.gpu[r]] >= pod.gpu_milli:
-                own = plan.value[free[base.gpu[r]] - pod.gpu_milli] - plan.value[free[base.gpu[r]]]
-                if np.floor(own / PLAN_BUCKET_MILLI) == best:
-                    assert g == base.gpu[r]  # kubegpu's own GPU whenever it is in the best bucket
+            assert _loss_bucket(plan, free, cpu, g, pod) == best
+            hint = int(base.gpu[r])
+            if hint >= 0 and free[hint] >= pod.gpu_milli and _loss_bucket(plan, free, cpu, hint, pod) == best:
+                assert g == hint  # kubegpu's own GPU whenever it is in the best bucket
 
 
 def test_the_cpu_match_is_on_only_where_shares_carry_most_of_the_gpu_demand() -> None:
