@@ -59,9 +59,7 @@ def _loss_bucket(plan: ValuePlan, free: list[int], cpu_milli: int, gpu: int, pod
 
 def _best_bucket(plan: ValuePlan, free: list[int], cpu_milli: int, pod: PodRequest) -> float:
     """The best bucket of node value lost over a node's GPUs with room for ``pod``."""
-    return max(
-        _loss_bucket(plan, free, cpu_milli, g, pod) for g, f in enumerate(free) if f >= pod.gpu_milli
-    )
+    return max(_loss_bucket(plan, free, cpu_milli, g, pod) for g, f in enumerate(free) if f >= pod.gpu_milli)
 
 
 SHARED = {(1, 810): 300, (1, 600): 200, (1, 400): 150, (1, 300): 250, (1, 1000): 100, (2, 1000): 20}
