@@ -8,11 +8,17 @@ itself: without a folder named one of those two ways, each prints how to give it
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 
 from kubegpu.sim.openb import ENV, NODES_FILE, PODS_FILE
+from kubegpu.sim.trace import load_pods, load_trace, write_pods
+from kubegpu.sim.variants import gpushare_variant
+from kubegpu.sim.workload import Workload, prepare
 
 NODES, PODS = NODES_FILE, PODS_FILE
+VARIANTS = ("default", "gpushare40", "gpushare60", "gpushare80", "gpushare100")
+VARIANT_SEED = 0  # the variant pod lists themselves: one fixed draw each (as bench/sim_gap.py)
 
 
 def default_data_dir() -> Path | None:
@@ -31,3 +37,17 @@ def trace_missing(data: Path | None, tool: str) -> bool:
         print(f"{tool}: skipped: {data} does not hold {NODES} and {PODS}")
         return True
     return False
+
+
+def variant_workload(data: Path, name: str) -> Workload:
+    """The default trace (``default``) or one of the FGD artifact's sharing variants drawn from it
+    (``gpushare40`` .. ``gpushare100``, ``VARIANT_SEED``), on the trace's nodes."""
+    if name == "default":
+        return prepare(load_trace(data / NODES, data / PODS))
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / f"{name}.csv"
+        write_pods(
+            path,
+            gpushare_variant(load_pods(data / PODS), int(name.removeprefix("gpushare")), seed=VARIANT_SEED),
+        )
+        return prepare(load_trace(data / NODES, path))

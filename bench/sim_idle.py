@@ -16,20 +16,13 @@ from __future__ import annotations
 
 import argparse
 import sys
-import tempfile
 from pathlib import Path
 
-from openb import NODES, PODS, default_data_dir, trace_missing
+from openb import VARIANTS, default_data_dir, trace_missing, variant_workload
 
 from kubegpu.sim.idle import ClassIdle, idle_by_class, mean_by_class
 from kubegpu.sim.run import SimRequest, parse_seeds, run_all
 from kubegpu.sim.scoring import MILLI, Policy
-from kubegpu.sim.trace import load_pods, load_trace, write_pods
-from kubegpu.sim.variants import gpushare_variant
-from kubegpu.sim.workload import prepare
-
-VARIANTS = ("default", "gpushare40", "gpushare60", "gpushare80", "gpushare100")
-VARIANT_SEED = 0  # the variant pod lists themselves: one fixed draw each (as bench/sim_gap.py)
 
 
 def _pct(milli: int, whole: int) -> str:
@@ -70,13 +63,7 @@ def main() -> int:
         return 0
     policies = tuple(Policy(p) for p in (args.policy or ["fgd", "kubegpu", "kubegpu-plan"]))
     seeds = parse_seeds(args.seeds)
-    pods_path = args.data / PODS
-    with tempfile.TemporaryDirectory() as tmp:
-        if args.variant != "default":
-            pods_path = Path(tmp) / f"{args.variant}.csv"
-            share = int(args.variant.removeprefix("gpushare"))
-            write_pods(pods_path, gpushare_variant(load_pods(args.data / PODS), share, seed=VARIANT_SEED))
-        workload = prepare(load_trace(args.data / NODES, pods_path))
+    workload = variant_workload(args.data, args.variant)
     runs = run_all(workload, SimRequest(policies=policies, seeds=seeds, workers=args.workers))
     print(
         f"{args.variant}, seeds {seeds[0]}-{seeds[-1]} ({len(seeds)}), 130 % arrived; % of the class's GPU\n"

@@ -40,6 +40,7 @@ import numpy as np
 
 from kubegpu.errors import InputError
 from kubegpu.sim.lp import solve_min
+from kubegpu.sim.node_pricing import best_node
 from kubegpu.sim.scoring import MILLI, FloatArray, IntArray
 from kubegpu.sim.workload import Workload, arrivals
 
@@ -230,6 +231,7 @@ def solve_bound(
     units: IntArray | None = None,
     lower: IntArray | None = None,
     pool: list[Column] | None = None,
+    cpu_step: float | None = None,
 ) -> BoundResult:
     """Column generation for ``problem`` until no column prices out (or ``max_iterations``).
 
@@ -243,6 +245,11 @@ def solve_bound(
     ``sigma >= 0`` (``- sigma L`` in the bound, ``+ sigma`` in the item's price) stays valid for any
     multiplier. ``pool`` is a list of columns kept between calls on the same problem (read and
     extended): any configuration is a valid column, so later solves start from earlier ones.
+
+    ``cpu_step`` (cores) solves the **node-level** bound instead: a column is a whole node's content
+    (``kubegpu.sim.node_pricing.best_node``, its cores on that grid within the node's), a class row
+    counts nodes, so no node holds more CPU than it has. It is at most the per-GPU bound and still an
+    upper bound for every placement. A pool holds columns of one kind: per GPU or per node.
     """
     started = time.perf_counter()
     n_items = len(problem.item_size)
@@ -264,6 +271,28 @@ def solve_bound(
     columns: list[Column] = [] if pool is None else pool
     limits = np.minimum(cap, MILLI // np.maximum(problem.item_size, 1))
     size = problem.item_size.astype(np.float64)
+    slots = problem.class_gpus if cpu_step is None else problem.class_nodes  # what a column fills
+    node_gpus = problem.class_gpus // np.maximum(problem.class_nodes, 1)
+    node_cpu = problem.class_cpu / np.maximum(problem.class_nodes, 1)
+
+    def best_column(t: int, profits: FloatArray) -> tuple[float, IntArray]:
+        if cpu_step is None:
+            return best_configuration(problem.item_size, profits, limits)
+        return best_node(
+            problem.item_size,
+            problem.item_cpu,
+            profits,
+            limits,
+            gpus=int(node_gpus[t]),
+            node_cpu=float(node_cpu[t]),
+            step=cpu_step,
+        )
+
+    if not columns and cpu_step is not None:
+        for t in range(n_classes):  # start: each class's fullest node at zero prices
+            _, counts = best_column(t, np.where(problem.eligible[t], size, 0.0))
+            if counts.any():
+                columns.append((t, counts))
     if not columns:
         for t in range(n_classes):  # start: one item kind per GPU, as many as fit
             for i in np.flatnonzero(problem.eligible[t]):
@@ -295,7 +324,7 @@ def solve_bound(
     rows = n_classes + n_items + 2 * n_classes + len(low)
     rhs = np.concatenate(
         [
-            problem.class_gpus.astype(np.float64),
+            slots.astype(np.float64),
             cap.astype(np.float64),
             problem.class_cpu,
             problem.class_memory,
@@ -330,8 +359,8 @@ def solve_bound(
         for t in range(n_classes):
             profits = size - pi + sigma - problem.item_cpu * mu[t] - problem.item_memory * nu[t]
             profits[~problem.eligible[t]] = 0.0
-            best, counts = best_configuration(problem.item_size, profits, limits)
-            bound += float(problem.class_gpus[t]) * max(0.0, best)
+            best, counts = best_column(t, profits)
+            bound += float(slots[t]) * max(0.0, best)
             if best - lam[t] > tolerance * MILLI and counts.any():
                 columns.append((t, counts))
                 added += 1

@@ -112,10 +112,12 @@ def pivot_bound(
     *,
     problem: BoundProblem | None = None,
     pool: list[Column] | None = None,
+    cpu_step: float | None = None,
 ) -> tuple[float, int, int, int]:
     """The branch and bound over ``j`` for one pivot and one arrival sequence (shape ids in order).
 
-    Returns (bound milli, j low, j high of the best interval, LP solves).
+    Returns (bound milli, j low, j high of the best interval, LP solves). ``cpu_step``: each LP is
+    the node-level one (``solve_bound``), and ``pool`` holds node columns.
     """
     reqs = workload.shape_requests
     counts = np.bincount(sequence, minlength=len(reqs)).astype(np.int64)
@@ -125,7 +127,7 @@ def pivot_bound(
     items = problem.item_shape
     where = np.flatnonzero(items == pivot)
     if where.size == 0:  # the pivot never arrived
-        return solve_bound(problem, pool=columns).bound_milli, 0, 0, 1
+        return solve_bound(problem, pool=columns, cpu_step=cpu_step).bound_milli, 0, 0, 1
     ip = int(where[0])
     per_pod = np.array([reqs[s].num_gpu for s in items], dtype=np.int64)
     capped = np.array([dominates(reqs[s], reqs[pivot]) for s in items], dtype=bool)
@@ -140,7 +142,7 @@ def pivot_bound(
         units[ip] = high
         lower = np.zeros(len(items), dtype=np.int64)
         lower[ip] = low
-        return solve_bound(problem, units=units, lower=lower, pool=columns).bound_milli
+        return solve_bound(problem, units=units, lower=lower, pool=columns, cpu_step=cpu_step).bound_milli
 
     # intervals [low, high] of j, inclusive, covering 0 .. n; split into disjoint halves
     edges = sorted({round((n + 1) * k / START_INTERVALS) for k in range(START_INTERVALS + 1)})
@@ -163,19 +165,26 @@ def pivot_bound(
     return -value, low, high, solves
 
 
-def online_bound(workload: Workload, seed: int, *, inflate: float = 1.3) -> OnlineBound:
-    """The online bound for ``seed``'s arrivals (the ones ``replay`` places), with the offline bound."""
+def online_bound(
+    workload: Workload, seed: int, *, inflate: float = 1.3, cpu_step: float | None = None
+) -> OnlineBound:
+    """The online bound for ``seed``'s arrivals (the ones ``replay`` places), with the offline bound;
+    both node-level with ``cpu_step`` (``kubegpu.sim.bound.solve_bound``)."""
     started = time.perf_counter()
     sequence = workload.pod_shape[arrivals(workload, seed, inflate)]
     counts = np.bincount(sequence, minlength=len(workload.shape_requests)).astype(np.int64)
     problem = bound_problem(workload, counts)
     pool: list[Column] = []
-    offline = solve_bound(problem, pool=pool, arrived_milli=int(counts @ workload.shape_total_milli()))
+    offline = solve_bound(
+        problem, pool=pool, arrived_milli=int(counts @ workload.shape_total_milli()), cpu_step=cpu_step
+    )
     pivot = choose_pivot(workload, counts)
     if pivot is None:
         value, low, high, solves, label, arrived = offline.bound_milli, 0, 0, 0, "", 0
     else:
-        value, low, high, solves = pivot_bound(workload, sequence, pivot, problem=problem, pool=pool)
+        value, low, high, solves = pivot_bound(
+            workload, sequence, pivot, problem=problem, pool=pool, cpu_step=cpu_step
+        )
         label, arrived = workload.shape_labels[pivot], int(counts[pivot])
     return OnlineBound(
         bound_milli=min(value, offline.bound_milli),

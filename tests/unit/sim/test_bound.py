@@ -97,6 +97,20 @@ def test_cpu_and_memory_of_the_node_class_cap_the_bound() -> None:
     assert bound_all(wl) == pytest.approx(4000 / 3, rel=1e-6)
 
 
+def test_the_node_level_bound_holds_each_node_to_its_own_cores() -> None:
+    # two nodes of two GPUs and 10 cores; four 600-milli shares of 6 cores. The class has 20 cores,
+    # so per GPU the LP places 20/6 of them; a node holds only one (two would need 12 cores)
+    wl = workload_of(
+        [("a", 10000, 1 << 16, 2, "G2"), ("b", 10000, 1 << 16, 2, "G2")],
+        [pod(i, 600, cpu=6000) for i in range(4)],
+    )
+    assert bound_all(wl) == pytest.approx(600 * 20 / 6, rel=1e-6)
+    counts = np.bincount(wl.pod_shape, minlength=len(wl.shape_requests)).astype(np.int64)
+    node_level = solve_bound(bound_problem(wl, counts), cpu_step=0.25)
+    assert node_level.converged
+    assert node_level.bound_milli == pytest.approx(1200, abs=1e-6)
+
+
 def greedy(workload: Workload, seq: np.ndarray) -> int:
     """First fit in arrival order: a real placement, so a lower bound on the best one."""
     free = [[1000] * int(g) for g in workload.node_gpus]
@@ -173,6 +187,11 @@ def test_bound_is_never_below_a_real_placement(
     assert value <= int(wl.shape_total_milli()[wl.pod_shape].sum()) + 1e-6
     # stopping after one round still gives a valid (larger or equal) bound
     assert bound_all(wl, max_iterations=1) + 1e-6 >= value
+    # the node-level bound: never above the per-GPU one, never below a real placement
+    counts = np.bincount(wl.pod_shape, minlength=len(wl.shape_requests)).astype(np.int64)
+    node_level = solve_bound(bound_problem(wl, counts), cpu_step=0.5).bound_milli
+    assert greedy(wl, seq) <= node_level + 1e-6
+    assert node_level <= value + 1e-5 * wl.total_gpu_milli  # both within the solver's tolerance
 
 
 def small_cluster() -> Workload:

@@ -111,6 +111,9 @@ def test_no_policy_that_places_every_fitting_pod_beats_it(
             value = pivot_bound(wl, sequence, pivot)[0]
             assert placed <= value + 1e-6, wl.shape_labels[pivot]
             assert value <= offline + 1e-6
+            node_level = pivot_bound(wl, sequence, pivot, cpu_step=0.5)[0]
+            assert placed <= node_level + 1e-6, wl.shape_labels[pivot]
+            assert node_level <= value + 1e-5 * wl.total_gpu_milli
 
 
 def test_every_policy_stays_under_the_online_bound_of_its_own_arrivals() -> None:
