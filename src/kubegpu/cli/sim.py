@@ -204,7 +204,8 @@ def register(app: typer.Typer) -> None:
         "bound",
         epilog="Examples: kubegpu sim bound (the trace in $KUBEGPU_OPENB_DIR) · "
         "kubegpu sim bound --nodes nodes.csv --pods pods.csv · "
-        "kubegpu sim bound --nodes nodes.csv --pods pods.csv --seeds 42-51 --json",
+        "kubegpu sim bound --nodes nodes.csv --pods pods.csv --seeds 42-51 --json · "
+        "kubegpu sim bound --seeds 42 --online --node-level",
     )
     def bound(  # noqa: PLR0917 - typer maps each parameter to a flag
         nodes: Annotated[
@@ -240,6 +241,14 @@ def register(app: typer.Typer) -> None:
                 "exceeds (a few LPs more per seed, about 10 s).",
             ),
         ] = False,
+        node_level: Annotated[
+            bool,
+            typer.Option(
+                "--node-level",
+                help="Hold each node, not only each node class, to its own cores: whole nodes as the "
+                "LP's columns (tighter where a node's CPU binds; about a minute per seed on 1,213 nodes).",
+            ),
+        ] = False,
     ) -> None:
         """An upper bound on the GPU % any policy can allocate for each seed's arrivals (an LP relaxation)."""
         from kubegpu.sim.openb import resolve
@@ -251,19 +260,20 @@ def register(app: typer.Typer) -> None:
         check_inflate(inflate)
         trace = resolve(nodes, pods)
         workload = prepare(load_trace(trace.nodes, trace.pods))
-        from kubegpu.sim.bound import bound_json
+        from kubegpu.sim.bound import NODE_LEVEL_CPU_STEP, bound_json
 
+        step = NODE_LEVEL_CPU_STEP if node_level else None
         if online:
             from kubegpu.sim.online_bound import with_online
 
-            found = online_bounds(workload, seed_list, inflate, quiet=as_json)
+            found = online_bounds(workload, seed_list, inflate, quiet=as_json, cpu_step=step)
             document = bound_json(
-                [r.offline for r in found], seeds=seed_list, inflate=inflate, workload=workload
+                [r.offline for r in found], seeds=seed_list, inflate=inflate, workload=workload, cpu_step=step
             )
             document = with_online(document, found)
         else:
-            results = bounds(workload, seed_list, inflate, quiet=as_json)
-            document = bound_json(results, seeds=seed_list, inflate=inflate, workload=workload)
+            results = bounds(workload, seed_list, inflate, quiet=as_json, cpu_step=step)
+            document = bound_json(results, seeds=seed_list, inflate=inflate, workload=workload, cpu_step=step)
         if as_json:
             typer.echo(json.dumps(document))
         else:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import sys
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -236,17 +237,21 @@ def _per_seed(
     return out
 
 
-def bounds(workload: Any, seeds: tuple[int, ...], inflate: float, *, quiet: bool) -> list[Any]:
+def bounds(
+    workload: Any, seeds: tuple[int, ...], inflate: float, *, quiet: bool, cpu_step: float | None = None
+) -> list[Any]:
     """One bound per seed, with a line per seed on stderr (a solve takes seconds)."""
     from kubegpu.sim.bound import seed_bound
 
     def line(r: Any) -> str:
         return f"{r.bound_pct:.2f} % ({r.columns} columns, {r.seconds:.1f} s)"
 
-    return _per_seed(seed_bound, line, workload, seeds, inflate, quiet=quiet)
+    return _per_seed(partial(seed_bound, cpu_step=cpu_step), line, workload, seeds, inflate, quiet=quiet)
 
 
-def online_bounds(workload: Any, seeds: tuple[int, ...], inflate: float, *, quiet: bool) -> list[Any]:
+def online_bounds(
+    workload: Any, seeds: tuple[int, ...], inflate: float, *, quiet: bool, cpu_step: float | None = None
+) -> list[Any]:
     """The online bound (with the offline one) per seed, a line per seed on stderr."""
     from kubegpu.sim.online_bound import online_bound
 
@@ -256,7 +261,7 @@ def online_bounds(workload: Any, seeds: tuple[int, ...], inflate: float, *, quie
             f"{r.solves} LPs, {r.seconds:.1f} s)"
         )
 
-    return _per_seed(online_bound, line, workload, seeds, inflate, quiet=quiet)
+    return _per_seed(partial(online_bound, cpu_step=cpu_step), line, workload, seeds, inflate, quiet=quiet)
 
 
 def render_bound(document: dict[str, Any]) -> None:
@@ -272,6 +277,10 @@ def render_bound(document: dict[str, Any]) -> None:
         )
     )
     table.caption = "bound: no policy, online or offline, allocates more of the GPUs for the seed's arrivals"
+    if b.get("node_level_cpu_step") is not None:
+        table.caption += (
+            f" (node-level: each node within its own cores, on a {b['node_level_cpu_step']:g}-core grid)"
+        )
     columns = ["seed", "arrived %", "bound %"]
     if online:
         table.caption += (

@@ -45,6 +45,7 @@ from kubegpu.sim.scoring import MILLI, FloatArray, IntArray
 from kubegpu.sim.workload import Workload, arrivals
 
 __all__ = [
+    "NODE_LEVEL_CPU_STEP",
     "BoundProblem",
     "BoundResult",
     "arrival_counts",
@@ -58,6 +59,7 @@ __all__ = [
 ]
 
 CORES = 1000.0  # CPU rows in cores (milli / 1000) and memory rows in GiB keep the LP well scaled
+NODE_LEVEL_CPU_STEP = 0.25  # the node-level bound's core grid (``kubegpu sim bound --node-level``)
 GIB = 1024.0
 _EPS = 1e-9
 
@@ -382,18 +384,34 @@ def solve_bound(
 
 
 def seed_bound(
-    workload: Workload, seed: int, *, inflate: float = 1.3, max_iterations: int = 500
+    workload: Workload,
+    seed: int,
+    *,
+    inflate: float = 1.3,
+    max_iterations: int = 500,
+    cpu_step: float | None = None,
 ) -> BoundResult:
-    """The bound for ``seed``'s arrival set (the same one ``replay`` places)."""
+    """The bound for ``seed``'s arrival set (the same one ``replay`` places); node-level with
+    ``cpu_step`` (``solve_bound``)."""
     counts = arrival_counts(workload, seed, inflate)
     arrived = int(counts @ workload.shape_total_milli())
-    return solve_bound(bound_problem(workload, counts), max_iterations=max_iterations, arrived_milli=arrived)
+    return solve_bound(
+        bound_problem(workload, counts),
+        max_iterations=max_iterations,
+        arrived_milli=arrived,
+        cpu_step=cpu_step,
+    )
 
 
 def bound_json(
-    results: Sequence[BoundResult], *, seeds: tuple[int, ...], inflate: float, workload: Workload
+    results: Sequence[BoundResult],
+    *,
+    seeds: tuple[int, ...],
+    inflate: float,
+    workload: Workload,
+    cpu_step: float | None = None,
 ) -> dict[str, Any]:
-    """The ``kubegpu sim bound --json`` document (docs/sim.md)."""
+    """The ``kubegpu sim bound --json`` document (docs/sim.md); ``cpu_step``: the node-level bound's."""
     pcts = [r.bound_pct for r in results]
     return {
         "bound": {
@@ -412,7 +430,11 @@ def bound_json(
             ],
             "bound_pct_mean": round(statistics.fmean(pcts), 3),
             "bound_pct_std": round(statistics.pstdev(pcts), 3),
-            "model": "per-GPU configurations per node class, CPU and memory per node class",
+            "model": "per-GPU configurations per node class, CPU and memory per node class"
+            if cpu_step is None
+            else f"whole nodes: per-GPU configurations within each node's cores (on a {cpu_step:g}-core"
+            " grid), CPU and memory per node class",
+            "node_level_cpu_step": cpu_step,
         },
         "seeds": list(seeds),
         "inflate": inflate,

@@ -128,3 +128,29 @@ def test_online_bound_adds_a_column_per_seed_at_most_the_bound(tmp_path: Path) -
     table = CliRunner().invoke(app, [*args, "--online"])
     assert table.exit_code == 0, table.output
     assert "online %" in table.stdout and "pivot" in table.stdout
+
+
+def test_node_level_bound_holds_each_node_to_its_cores(tmp_path: Path) -> None:
+    # two nodes of two GPUs and 10 cores, four 600-milli shares of 6 cores: the class's 20 cores
+    # feed 20/6 of them in the per-GPU LP, a node only one
+    nodes = tmp_path / "nodes.csv"
+    nodes.write_text("sn,cpu_milli,memory_mib,gpu,model\na,10000,65536,2,G2\nb,10000,65536,2,G2\n")
+    pods = tmp_path / "pods.csv"
+    pods.write_text(
+        "name,cpu_milli,memory_mib,num_gpu,gpu_milli\n"
+        + "".join(f"p{i},6000,1024,1,600\n" for i in range(4))
+    )
+    args = ["sim", "bound", "--nodes", str(nodes), "--pods", str(pods), "--seeds", "1", "--inflate", "0"]
+    plain = json.loads(CliRunner().invoke(app, [*args, "--json"]).stdout)
+    result = CliRunner().invoke(app, [*args, "--json", "--node-level", "--online"])
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    assert plain["bound"]["per_seed"][0]["bound_pct"] == round(100 * 2000 / 4000, 3)
+    assert plain["bound"]["node_level_cpu_step"] is None
+    row = doc["bound"]["per_seed"][0]
+    assert row["bound_pct"] == row["online_bound_pct"] == 30.0  # 1200 of 4000 milli
+    assert doc["bound"]["node_level_cpu_step"] == 0.25
+    assert doc["bound"]["model"].startswith("whole nodes")
+    table = CliRunner().invoke(app, [*args, "--node-level"])
+    assert table.exit_code == 0, table.output
+    assert "node-level" in table.stdout and "30.00" in table.stdout
