@@ -25,6 +25,9 @@ exact bounded knapsack over integer milli 0..1000. The reported value is always 
 for any non-negative prices, so stopping early never gives an invalid bound; at convergence it equals
 the LP optimum.
 
+With ``cpu_step`` the columns are whole nodes instead (``kubegpu.sim.node_pricing``): each node holds
+no more cores than it has, not only each class (``kubegpu sim bound --node-level``).
+
 Pure: numpy and highspy, no I/O.
 """
 
