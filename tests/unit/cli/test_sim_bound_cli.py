@@ -137,8 +137,7 @@ def test_node_level_bound_holds_each_node_to_its_cores(tmp_path: Path) -> None:
     nodes.write_text("sn,cpu_milli,memory_mib,gpu,model\na,10000,65536,2,G2\nb,10000,65536,2,G2\n")
     pods = tmp_path / "pods.csv"
     pods.write_text(
-        "name,cpu_milli,memory_mib,num_gpu,gpu_milli\n"
-        + "".join(f"p{i},6000,1024,1,600\n" for i in range(4))
+        "name,cpu_milli,memory_mib,num_gpu,gpu_milli\n" + "".join(f"p{i},6000,1024,1,600\n" for i in range(4))
     )
     args = ["sim", "bound", "--nodes", str(nodes), "--pods", str(pods), "--seeds", "1", "--inflate", "0"]
     plain = json.loads(CliRunner().invoke(app, [*args, "--json"]).stdout)
