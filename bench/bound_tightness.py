@@ -34,6 +34,7 @@ from pathlib import Path
 import numpy as np
 from openb import VARIANTS, default_data_dir, trace_missing, variant_workload
 
+from kubegpu.errors import InputError
 from kubegpu.sim.bound import Column, bound_problem
 from kubegpu.sim.online_bound import choose_pivot, online_bound, pivot_bound
 from kubegpu.sim.replay import replay
@@ -126,7 +127,11 @@ def main() -> int:
             " --workers at least 1"
         )
         return 2
-    seeds = parse_seeds(args.seeds)
+    try:
+        seeds = parse_seeds(args.seeds)
+    except InputError as exc:
+        print(f"bound_tightness: {exc}")
+        return 2
     jobs = [(name, seed) for name in names for seed in seeds]
     rows: dict[str, list[Row]] = {name: [] for name in names}
     with ProcessPoolExecutor(max_workers=min(args.workers, len(jobs))) as pool:
