@@ -6,7 +6,9 @@ import json
 import shutil
 import stat
 import tempfile
-from collections.abc import Iterator
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -17,11 +19,13 @@ from kubegpu.dra.api import dra_v1_pb2 as v1
 from kubegpu.dra.api import dra_v1_pb2_grpc as v1_grpc
 from kubegpu.dra.api import dra_v1beta1_pb2 as v1beta1
 from kubegpu.dra.api import dra_v1beta1_pb2_grpc as v1beta1_grpc
+from kubegpu.dra.api import health_v1_pb2 as health
+from kubegpu.dra.api import health_v1_pb2_grpc as health_grpc
 from kubegpu.dra.api import registration_v1_pb2 as reg
 from kubegpu.dra.api import registration_v1_pb2_grpc as reg_grpc
 from kubegpu.dra.checkpoint import CdiStore, Checkpoint
 from kubegpu.dra.driver import DraDriver
-from kubegpu.dra.server import DraServer
+from kubegpu.dra.server import DeviceHealth, DraServer
 from kubegpu.model.dra import CDI_KIND, DRIVER_NAME, dra_devices
 from kubegpu.sources.spec import load_node
 
@@ -50,8 +54,7 @@ def root() -> Iterator[Path]:
     shutil.rmtree(path, ignore_errors=True)
 
 
-@pytest.fixture
-def server(root: Path, claims: Claims) -> Iterator[DraServer]:
+def new_server(root: Path, claims: Claims, health_feed: BlockingFeed | None = None) -> DraServer:
     node = load_node("builtin:seed-8gpu")
     driver = DraDriver(
         node_name=NODE,
@@ -60,15 +63,56 @@ def server(root: Path, claims: Claims) -> Iterator[DraServer]:
         checkpoint=Checkpoint(root / "plugins" / DRIVER_NAME / "checkpoint.json"),
         cdi=CdiStore(root / "cdi", kind=CDI_KIND),
     )
-    s = DraServer(
+    return DraServer(
         driver,
         plugin_dir=root / "plugins" / DRIVER_NAME,
         registry_dir=root / "plugins_registry",
         driver_name=DRIVER_NAME,
+        health=health_feed,
     )
+
+
+@pytest.fixture
+def server(root: Path, claims: Claims) -> Iterator[DraServer]:
+    s = new_server(root, claims)
     s.start()
     yield s
     s.stop()
+
+
+class BlockingFeed:
+    """A health feed with no changes: a wait ends only on ``wake()`` (its timeout is ignored, as if
+    the handler's refresh period were long), and counts who is waiting."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._woken = False
+        self.waiting = 0
+
+    def health(self) -> tuple[int, Sequence[DeviceHealth]]:
+        return 1, [DeviceHealth(device="gpu-0", healthy=True)]
+
+    def wait_for_change(self, seen: int, timeout: float) -> int:
+        with self._cond:
+            self.waiting += 1
+            try:
+                self._cond.wait_for(lambda: self._woken, timeout=600)
+            finally:
+                self.waiting -= 1
+        return seen
+
+    def wake(self) -> None:
+        with self._cond:
+            self._woken = True
+            self._cond.notify_all()
+
+
+def poll(what: str, probe: Callable[[], bool], timeout_s: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not probe():
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out waiting for {what}", pytrace=False)
+        time.sleep(0.02)
 
 
 def channel(path: Path) -> grpc.Channel:
@@ -164,3 +208,23 @@ def test_a_stale_socket_of_an_earlier_run_is_replaced(root: Path, claims: Claims
     server.start()
     with channel(server.registration_socket) as ch:
         assert reg_grpc.RegistrationStub(ch).GetInfo(reg.InfoRequest(), timeout=1).name == DRIVER_NAME
+
+
+def test_stop_ends_the_health_stream_kubelet_holds_open(root: Path, claims: Claims) -> None:
+    """kubelet keeps a DRAResourceHealth stream open for as long as the driver runs; on SIGTERM the
+    driver stops its server, and the process can only exit once the stream's handler has returned."""
+    feed = BlockingFeed()
+    s = new_server(root, claims, feed)
+    s.start()
+    try:
+        with channel(s.socket) as ch:
+            stream = health_grpc.DRAResourceHealthStub(ch).NodeWatchResources(
+                health.NodeWatchResourcesRequest(), timeout=30
+            )
+            assert [d.device.device_name for d in next(stream).devices] == ["gpu-0"]
+            poll("the stream's handler to wait for a change", lambda: feed.waiting == 1)
+            s.stop()
+            poll("the stream's handler to return after stop()", lambda: feed.waiting == 0)
+    finally:
+        feed.wake()  # a failing run must not leave the handler thread blocking the interpreter's exit
+        s.stop()

@@ -69,11 +69,14 @@ class DeviceHealth:
 
 
 class HealthFeed(Protocol):
-    """The pool's device health: a version that changes with it, and a wait for the next change."""
+    """The pool's device health: a version that changes with it, a wait for the next change, and a
+    way to end every wait at once (on shutdown)."""
 
     def health(self) -> tuple[int, Sequence[DeviceHealth]]: ...
 
     def wait_for_change(self, seen: int, timeout: float) -> int: ...
+
+    def wake(self) -> None: ...
 
 
 def _refs(claims: Any) -> list[ClaimRef]:
@@ -260,6 +263,10 @@ class DraServer:
 
     def stop(self, grace_s: float = 1.0) -> None:
         self._stopping.set()
+        if self._health is not None:
+            # kubelet keeps a health stream open; its handler waits up to HEALTH_REFRESH_S for a
+            # change, and the process cannot exit before that thread ends
+            self._health.wake()
         if self._registration is not None:
             self.registration_socket.unlink(missing_ok=True)
             self._registration.stop(grace=0).wait(grace_s)

@@ -230,6 +230,9 @@ class DraService:
     def wait_for_change(self, seen: int, timeout: float) -> int:
         return self.tracker.wait_for_change(seen, timeout)
 
+    def wake(self) -> None:
+        self.tracker.wake()
+
     def _healthy(self) -> Sequence[DraDevice]:
         return tuple(d for d in self._all_devices if self.tracker.is_healthy(d.gpu_index))
 
