@@ -314,9 +314,16 @@ class Cluster:
         return matching(evs)[0]
 
     def delete_namespace(self, ns: str) -> None:
+        """Delete ``ns`` and wait until its pods and ResourceClaims are gone: their GPUs, devices and
+        prepared claims are then released on the node, which is what the next test needs. Not for
+        the namespace object itself: kube-controller-manager starts on a deleted namespace only after
+        a fixed 5 s (its namespace controller's grace for HA API servers), which costs every test
+        that waits for it 5 s and protects nothing here (each test's namespaces are its own)."""
+        self.rig.kubectl("delete", "namespace", ns, "--wait=false", "--ignore-not-found", check=False)
         self.rig.kubectl(
-            "delete", "namespace", ns, "--wait=true", "--timeout=120s", check=False, timeout_s=150
-        )
+            "delete", "pods,resourceclaims", "--all", "-n", ns, "--wait=true", "--timeout=120s",
+            "--ignore-not-found", check=False, timeout_s=150,
+        )  # fmt: skip
 
 
 def pod(
