@@ -1,7 +1,7 @@
 # The developer loop. CI runs `make test` verbatim (.ci/run).
 #   make test   lint, types, layer contracts, unit + integration tests and the e2e suite on a real
 #               single-node Kubernetes (needs root; builds the rig's binaries once, about 8 min cold on 2 cores,
-#               beside helm and `check`; warm, `check` runs beside e2e: about 13 min in all)
+#               beside helm and `check`; warm, `check` runs beside e2e: about 10-11 min in all)
 #   make check  the same without e2e (any user, about 3 minutes)
 PY ?= python3
 VENV := .venv
