@@ -55,7 +55,7 @@ StartDra = Callable[..., DraProcess]
 @pytest.fixture
 def start_dra(rig: Rig, cluster: Cluster, tmp_path: Path) -> Iterator[StartDra]:
     """Start `kubegpu dra serve` on the rig's node (DeviceClasses applied first); stopped afterwards,
-    after the test's namespaces are gone (kubelet must unprepare their claims through the driver)."""
+    after the test's pods and claims are gone (kubelet must unprepare their claims through the driver)."""
     classes = subprocess.run(
         kubegpu_argv("dra", "classes"), capture_output=True, text=True, timeout=60, check=True
     )
