@@ -55,6 +55,7 @@ __all__ = [
     "best_configuration",
     "bound_json",
     "bound_problem",
+    "cpu_only_lower",
     "knapsack_values",
     "seed_bound",
     "solve_bound",
@@ -82,6 +83,13 @@ class BoundProblem:
     class_memory: FloatArray  # M_t (GiB)
     class_nodes: IntArray  # nodes per class
     total_gpu_milli: int
+    # CPU-only pod shapes (``solve_bound(..., cpu_only_lower=...)``): they allocate no GPU, so the
+    # bound leaves them out unless some are forced in
+    cpu_only_shape: IntArray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    cpu_only_cpu: FloatArray = field(default_factory=lambda: np.zeros(0))  # cores per pod
+    cpu_only_memory: FloatArray = field(default_factory=lambda: np.zeros(0))  # GiB per pod
+    # classes x CPU-only shapes, bool: the shape fits one node of the class
+    cpu_only_eligible: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), dtype=bool))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -198,9 +206,14 @@ def bound_problem(workload: Workload, counts: IntArray) -> BoundProblem:
     c_cpu = np.array([k[2] for k in classes], dtype=np.int64)
     c_mem = np.array([k[3] for k in classes], dtype=np.int64)
     shapes: list[int] = []
+    cpu_only: list[int] = []
     for sid, request in enumerate(workload.shape_requests):
-        if counts[sid] > 0 and request.num_gpu > 0:
-            shapes.append(sid)
+        if counts[sid] > 0:
+            (shapes if request.num_gpu > 0 else cpu_only).append(sid)
+    only = [workload.shape_requests[s] for s in cpu_only]
+    only_ok = np.zeros((len(classes), len(only)), dtype=bool)
+    for j, r in enumerate(only):
+        only_ok[:, j] = r.model_ok[c_model] & (c_cpu >= r.cpu_milli) & (c_mem >= r.memory_mib)
     reqs = [workload.shape_requests[s] for s in shapes]
     k = np.array([r.num_gpu for r in reqs], dtype=np.int64)
     eligible = np.zeros((len(classes), len(shapes)), dtype=bool)
@@ -220,11 +233,22 @@ def bound_problem(workload: Workload, counts: IntArray) -> BoundProblem:
         class_memory=(nodes * c_mem).astype(np.float64) / GIB,
         class_nodes=nodes,
         total_gpu_milli=workload.total_gpu_milli,
+        cpu_only_shape=np.array(cpu_only, dtype=np.int64),
+        cpu_only_cpu=np.array([r.cpu_milli / CORES for r in only], dtype=np.float64),
+        cpu_only_memory=np.array([r.memory_mib / GIB for r in only], dtype=np.float64),
+        cpu_only_eligible=only_ok,
     )
 
 
 Column = tuple[int, IntArray]  # (node class, copies of each item on one GPU)
 LOWER_PENALTY = 10.0 * MILLI  # milli of objective per unit a lower-bounded item falls short in the master
+
+
+def cpu_only_lower(problem: BoundProblem, placed: IntArray) -> IntArray:
+    """``solve_bound``'s ``cpu_only_lower`` from pods per shape id (e.g. the CPU-only pods one replay
+    placed: ``np.bincount(run.shape[run.placed], minlength=shapes)``)."""
+    out: IntArray = np.asarray(placed, dtype=np.int64)[problem.cpu_only_shape]
+    return out
 
 
 def solve_bound(
@@ -237,6 +261,7 @@ def solve_bound(
     lower: IntArray | None = None,
     pool: list[Column] | None = None,
     cpu_step: float | None = None,
+    cpu_only_lower: IntArray | None = None,
 ) -> BoundResult:
     """Column generation for ``problem`` until no column prices out (or ``max_iterations``).
 
@@ -255,6 +280,10 @@ def solve_bound(
     (``kubegpu.sim.node_pricing.best_node``, its cores on that grid within the node's), a class row
     counts nodes, so no node holds more CPU than it has. It is at most the per-GPU bound and still an
     upper bound for every placement. A pool holds columns of one kind: per GPU or per node.
+
+    ``cpu_only_lower`` (one count per ``problem.cpu_only_shape``) forces that many CPU-only pods of
+    each shape in, on any class that can hold them, each taking its cores and memory from the
+    class's rows: the bound **given** those pods, not one for every policy (``conditional_bound``).
     """
     started = time.perf_counter()
     n_items = len(problem.item_size)
@@ -262,6 +291,22 @@ def solve_bound(
     total = float(problem.total_gpu_milli)
     cap = problem.item_units if units is None else units
     need = np.zeros(n_items, dtype=np.int64) if lower is None else np.minimum(lower, cap)
+    forced = (
+        np.zeros(len(problem.cpu_only_shape), dtype=np.int64)
+        if cpu_only_lower is None
+        else np.asarray(cpu_only_lower, dtype=np.int64)
+    )
+    if len(forced) != len(problem.cpu_only_shape):
+        raise InputError(
+            f"bound: {len(forced)} CPU-only counts for {len(problem.cpu_only_shape)} CPU-only shapes"
+        )
+    # one column per (class, CPU-only shape) that the class can hold, for the shapes forced in
+    pairs = [
+        (int(cls_of), int(shape))
+        for shape in np.flatnonzero(forced > 0)
+        for cls_of in np.flatnonzero(problem.cpu_only_eligible[:, shape])
+    ]
+    forced_rows = np.flatnonzero(forced > 0)
     if n_items == 0 or n_classes == 0:
         return BoundResult(
             bound_milli=0.0,
@@ -326,7 +371,8 @@ def solve_bound(
     converged = False
     iterations = 0
     low = np.flatnonzero(need > 0)
-    rows = n_classes + n_items + 2 * n_classes + len(low)
+    first_forced = n_classes + n_items + 2 * n_classes + len(low)  # the CPU-only rows come last
+    rows = first_forced + len(forced_rows)
     rhs = np.concatenate(
         [
             slots.astype(np.float64),
@@ -334,10 +380,19 @@ def solve_bound(
             problem.class_cpu,
             problem.class_memory,
             -need[low].astype(np.float64),
+            -forced[forced_rows].astype(np.float64),
         ]
     )
-    slack = np.zeros((rows, len(low)))
-    slack[n_classes + n_items + 2 * n_classes + np.arange(len(low)), np.arange(len(low))] = -1.0
+    # the CPU-only columns: fixed, one per pair; and a slack per lower row (the master stays feasible)
+    row_of = {int(s): k for k, s in enumerate(forced_rows)}
+    only = np.zeros((rows, len(pairs)))
+    for col, (cls_of, shape) in enumerate(pairs):
+        only[n_classes + n_items + cls_of, col] = problem.cpu_only_cpu[shape]
+        only[2 * n_classes + n_items + cls_of, col] = problem.cpu_only_memory[shape]
+        only[first_forced + row_of[shape], col] = -1.0
+    n_slack = len(low) + len(forced_rows)
+    slack = np.zeros((rows, n_slack))
+    slack[n_classes + n_items + 2 * n_classes + np.arange(n_slack), np.arange(n_slack)] = -1.0
     for iterations in range(1, max_iterations + 1):  # noqa: B007 - reported after the loop
         a = np.array([c for _, c in columns], dtype=np.float64).T  # items x columns
         cls = np.array([t for t, _ in columns], dtype=np.int64)
@@ -346,20 +401,30 @@ def solve_bound(
         matrix[n_classes : n_classes + n_items] = a
         matrix[n_classes + n_items + cls, np.arange(a.shape[1])] = problem.item_cpu @ a
         matrix[2 * n_classes + n_items + cls, np.arange(a.shape[1])] = problem.item_memory @ a
-        matrix[3 * n_classes + n_items :] = -a[low]
+        matrix[3 * n_classes + n_items : first_forced] = -a[low]
         value = size @ a
-        objective = np.concatenate([-value, np.full(len(low), LOWER_PENALTY)])
+        objective = np.concatenate([-value, np.zeros(len(pairs)), np.full(n_slack, LOWER_PENALTY)])
         # the master is always feasible (x = 0) and bounded; solve_min raises unless it is optimal
-        result = solve_min(objective, np.hstack([matrix, slack]), rhs)
+        result = solve_min(objective, np.hstack([matrix, only, slack]), rhs)
         lp_value = float(-result.fun)
         duals = np.maximum(0.0, -result.row_duals)
         pi = duals[n_classes : n_classes + n_items]
         mu = duals[n_classes + n_items : 2 * n_classes + n_items]
         nu = duals[2 * n_classes + n_items : 3 * n_classes + n_items]
         sigma = np.zeros(n_items)
-        sigma[low] = duals[3 * n_classes + n_items :]
+        sigma[low] = duals[3 * n_classes + n_items : first_forced]
+        # a forced CPU-only pod's multiplier, at most what its cheapest class charges for its cores
+        # and memory: then the dual bound stays valid for the CPU-only columns too
+        rho = np.zeros(len(forced))
+        for shape, row in row_of.items():
+            charge = (mu * problem.cpu_only_cpu[shape] + nu * problem.cpu_only_memory[shape])[
+                problem.cpu_only_eligible[:, shape]
+            ]
+            rho[shape] = min(float(duals[first_forced + row]), float(charge.min()) if charge.size else 0.0)
         lam = duals[:n_classes]
-        bound = float(pi @ cap + mu @ problem.class_cpu + nu @ problem.class_memory - sigma @ need)
+        bound = float(
+            pi @ cap + mu @ problem.class_cpu + nu @ problem.class_memory - sigma @ need - rho @ forced
+        )
         added = 0
         for t in range(n_classes):
             profits = size - pi + sigma - problem.item_cpu * mu[t] - problem.item_memory * nu[t]

@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from kubegpu.sim.bound import BoundProblem, BoundResult, Column, bound_problem, solve_bound
+from kubegpu.sim.bound import BoundProblem, BoundResult, Column, bound_problem, cpu_only_lower, solve_bound
 from kubegpu.sim.scoring import MILLI, IntArray, PodRequest
 from kubegpu.sim.workload import Workload, arrivals
 
@@ -113,11 +113,13 @@ def pivot_bound(
     problem: BoundProblem | None = None,
     pool: list[Column] | None = None,
     cpu_step: float | None = None,
+    cpu_only_lower: IntArray | None = None,
 ) -> tuple[float, int, int, int]:
     """The branch and bound over ``j`` for one pivot and one arrival sequence (shape ids in order).
 
     Returns (bound milli, j low, j high of the best interval, LP solves). ``cpu_step``: each LP is
-    the node-level one (``solve_bound``), and ``pool`` holds node columns.
+    the node-level one (``solve_bound``), and ``pool`` holds node columns. ``cpu_only_lower``: the
+    CPU-only pods forced in (``solve_bound``; the bound then holds only given them).
     """
     reqs = workload.shape_requests
     counts = np.bincount(sequence, minlength=len(reqs)).astype(np.int64)
@@ -127,7 +129,8 @@ def pivot_bound(
     items = problem.item_shape
     where = np.flatnonzero(items == pivot)
     if where.size == 0:  # the pivot never arrived
-        return solve_bound(problem, pool=columns, cpu_step=cpu_step).bound_milli, 0, 0, 1
+        whole = solve_bound(problem, pool=columns, cpu_step=cpu_step, cpu_only_lower=cpu_only_lower)
+        return whole.bound_milli, 0, 0, 1
     ip = int(where[0])
     per_pod = np.array([reqs[s].num_gpu for s in items], dtype=np.int64)
     capped = np.array([dominates(reqs[s], reqs[pivot]) for s in items], dtype=bool)
@@ -142,7 +145,9 @@ def pivot_bound(
         units[ip] = high
         lower = np.zeros(len(items), dtype=np.int64)
         lower[ip] = low
-        return solve_bound(problem, units=units, lower=lower, pool=columns, cpu_step=cpu_step).bound_milli
+        return solve_bound(
+            problem, units=units, lower=lower, pool=columns, cpu_step=cpu_step, cpu_only_lower=cpu_only_lower
+        ).bound_milli
 
     # intervals [low, high] of j, inclusive, covering 0 .. n; split into disjoint halves
     edges = sorted({round((n + 1) * k / START_INTERVALS) for k in range(START_INTERVALS + 1)})
@@ -166,24 +171,38 @@ def pivot_bound(
 
 
 def online_bound(
-    workload: Workload, seed: int, *, inflate: float = 1.3, cpu_step: float | None = None
+    workload: Workload,
+    seed: int,
+    *,
+    inflate: float = 1.3,
+    cpu_step: float | None = None,
+    cpu_only_placed: IntArray | None = None,
 ) -> OnlineBound:
     """The online bound for ``seed``'s arrivals (the ones ``replay`` places), with the offline bound;
-    both node-level with ``cpu_step`` (``kubegpu.sim.bound.solve_bound``)."""
+    both node-level with ``cpu_step`` (``kubegpu.sim.bound.solve_bound``).
+
+    ``cpu_only_placed`` (pods per shape id of ``workload``, e.g. what one replay placed) forces those
+    CPU-only pods in: both bounds then hold for the placements that take at least them, not for
+    every policy (``kubegpu.sim.bound.cpu_only_lower``)."""
     started = time.perf_counter()
     sequence = workload.pod_shape[arrivals(workload, seed, inflate)]
     counts = np.bincount(sequence, minlength=len(workload.shape_requests)).astype(np.int64)
     problem = bound_problem(workload, counts)
+    forced = None if cpu_only_placed is None else cpu_only_lower(problem, cpu_only_placed)
     pool: list[Column] = []
     offline = solve_bound(
-        problem, pool=pool, arrived_milli=int(counts @ workload.shape_total_milli()), cpu_step=cpu_step
+        problem,
+        pool=pool,
+        arrived_milli=int(counts @ workload.shape_total_milli()),
+        cpu_step=cpu_step,
+        cpu_only_lower=forced,
     )
     pivot = choose_pivot(workload, counts)
     if pivot is None:
         value, low, high, solves, label, arrived = offline.bound_milli, 0, 0, 0, "", 0
     else:
         value, low, high, solves = pivot_bound(
-            workload, sequence, pivot, problem=problem, pool=pool, cpu_step=cpu_step
+            workload, sequence, pivot, problem=problem, pool=pool, cpu_step=cpu_step, cpu_only_lower=forced
         )
         label, arrived = workload.shape_labels[pivot], int(counts[pivot])
     return OnlineBound(

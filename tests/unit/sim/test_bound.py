@@ -9,11 +9,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from kubegpu.errors import InputError
 from kubegpu.sim.bound import (
     arrival_counts,
     best_configuration,
     bound_json,
     bound_problem,
+    cpu_only_lower,
     seed_bound,
     solve_bound,
     with_bound_share,
@@ -111,8 +113,32 @@ def test_the_node_level_bound_holds_each_node_to_its_own_cores() -> None:
     assert node_level.bound_milli == pytest.approx(1200, abs=1e-6)
 
 
-def greedy(workload: Workload, seq: np.ndarray) -> int:
-    """First fit in arrival order: a real placement, so a lower bound on the best one."""
+def test_cpu_only_pods_forced_in_take_their_cores_from_the_gpu_pods() -> None:
+    # one node, two GPUs, 10 cores; two whole-GPU pods of 4 cores and a CPU-only pod of 6 cores.
+    # The bound leaves the CPU-only pod out (2,000 milli); with it forced in, 4 cores are left: one
+    # GPU pod (1,000 milli), per GPU and node-level alike
+    wl = workload_of(
+        [("a", 10000, 1 << 16, 2, "G2")],
+        [pod(0, 1000, cpu=4000), pod(1, 1000, cpu=4000), ("cpu", 6000, 1024, 0, 0, "")],
+    )
+    counts = np.bincount(wl.pod_shape, minlength=len(wl.shape_requests)).astype(np.int64)
+    problem = bound_problem(wl, counts)
+    assert solve_bound(problem).bound_milli == pytest.approx(2000, abs=1e-6)
+    forced = cpu_only_lower(problem, counts)
+    assert forced.tolist() == [1]
+    for step in (None, 0.25):
+        result = solve_bound(problem, cpu_only_lower=forced, cpu_step=step)
+        assert result.converged
+        assert result.bound_milli == pytest.approx(1000, abs=1e-6)
+    # one stopped after one round is still an upper bound
+    assert solve_bound(problem, cpu_only_lower=forced, max_iterations=1).bound_milli >= 1000 - 1e-6
+    with pytest.raises(InputError, match="CPU-only counts"):
+        solve_bound(problem, cpu_only_lower=np.array([1, 1]))
+
+
+def greedy(workload: Workload, seq: np.ndarray, placed: list[int] | None = None) -> int:
+    """First fit in arrival order: a real placement, so a lower bound on the best one. ``placed``
+    collects the shape id of every pod it places."""
     free = [[1000] * int(g) for g in workload.node_gpus]
     cpu = workload.node_cpu_milli.copy()
     mem = workload.node_memory_mib.copy()
@@ -138,6 +164,8 @@ def greedy(workload: Workload, seq: np.ndarray) -> int:
             cpu[n] -= r.cpu_milli
             mem[n] -= r.memory_mib
             total += r.num_gpu * r.gpu_milli
+            if placed is not None:
+                placed.append(int(workload.pod_shape[p]))
             break
     return total
 
@@ -192,6 +220,13 @@ def test_bound_is_never_below_a_real_placement(
     node_level = solve_bound(bound_problem(wl, counts), cpu_step=0.5).bound_milli
     assert greedy(wl, seq) <= node_level + 1e-6
     assert node_level <= value + 1e-5 * wl.total_gpu_milli  # both within the solver's tolerance
+    # given the CPU-only pods first fit placed, the bound still holds first fit, and is no looser
+    placed: list[int] = []
+    allocated = greedy(wl, seq, placed)
+    forced = cpu_only_lower(bound_problem(wl, counts), np.bincount(placed, minlength=len(counts)))
+    given_them = solve_bound(bound_problem(wl, counts), cpu_only_lower=forced).bound_milli
+    assert allocated <= given_them + 1e-6
+    assert given_them <= value + 1e-5 * wl.total_gpu_milli
 
 
 def small_cluster() -> Workload:

@@ -127,3 +127,25 @@ def test_every_policy_stays_under_the_online_bound_of_its_own_arrivals() -> None
         for policy in Policy:
             run = replay(wl, policy, seed, inflate=1.3)
             assert run.allocated_milli[-1] <= result.bound_milli + 1e-6, policy
+
+
+def test_the_online_bound_given_a_replays_cpu_only_pods_still_holds_that_replay() -> None:
+    # forcing in the CPU-only pods a replay placed lowers the bound (their cores are gone) but
+    # never below that replay: its own end state places them and every GPU pod it placed
+    # four nodes of two GPUs and 16 cores: the 4-core shares need every core, the 8-core CPU-only
+    # pods that arrive first take some
+    nodes = [(f"n{i}", 16000, 1 << 18, 2, "G2") for i in range(4)]
+    pods = [(f"s{i:02d}", 4000, 1024, 1, (500, 300, 470)[i % 3], "") for i in range(24)]
+    wl = workload_of(nodes, pods + [(f"c{i}", 8000, 1024, 0, 0, "") for i in range(6)])
+    lowered = False
+    for seed in (1, 2, 3):
+        plain = online_bound(wl, seed, inflate=1.3)
+        for policy in (Policy.FGD, Policy.KUBEGPU, Policy.KUBEGPU_PLAN):
+            run = replay(wl, policy, seed, inflate=1.3)
+            placed = np.bincount(run.shape[run.placed], minlength=len(wl.shape_requests))
+            given_them = online_bound(wl, seed, inflate=1.3, cpu_only_placed=placed)
+            assert run.allocated_milli[-1] <= given_them.bound_milli + 1e-6, (seed, policy)
+            assert given_them.bound_milli <= plain.bound_milli + 1e-6
+            assert given_them.offline_milli <= plain.offline_milli + 1e-6
+            lowered |= given_them.bound_milli < plain.bound_milli - 1
+    assert lowered  # the small cluster's CPU-only pods do cost GPU pods their cores
