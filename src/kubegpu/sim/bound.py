@@ -55,6 +55,7 @@ __all__ = [
     "best_configuration",
     "bound_json",
     "bound_problem",
+    "configuration_use",
     "cpu_only_lower",
     "knapsack_values",
     "seed_bound",
@@ -107,6 +108,9 @@ class BoundResult:
     # each item's price at the last master solve (its row's dual, less a lower bound's multiplier):
     # what placing one unit of it costs the rest of the plan; empty when nothing was solved
     prices: FloatArray = field(default_factory=lambda: np.zeros(0))
+    # how many slots (GPUs, or nodes when node-level) each column of the pool fills in the last
+    # master solve, in the pool's order (``configuration_use``); empty when nothing was solved
+    column_use: FloatArray = field(default_factory=lambda: np.zeros(0))
 
     @property
     def bound_pct(self) -> float:
@@ -244,6 +248,22 @@ Column = tuple[int, IntArray]  # (node class, copies of each item on one GPU)
 LOWER_PENALTY = 10.0 * MILLI  # milli of objective per unit a lower-bounded item falls short in the master
 
 
+def configuration_use(
+    problem: BoundProblem, pool: Sequence[Column], result: BoundResult
+) -> dict[tuple[int, ...], float]:
+    """The GPUs each configuration fills in ``result``'s LP (solved per GPU with ``pool``), over all
+    node classes: a configuration is its items' milli, largest first (a whole GPU of a k-GPU pod
+    is 1000); the GPUs the LP leaves empty are the key ``()``."""
+    out: dict[tuple[int, ...], float] = {}
+    for (_, counts), used in zip(pool, result.column_use, strict=True):
+        if used <= _EPS:
+            continue
+        key = tuple(sorted(np.repeat(problem.item_size, counts).tolist(), reverse=True))
+        out[key] = out.get(key, 0.0) + float(used)
+    out[()] = out.get((), 0.0) + max(0.0, float(problem.class_gpus.sum()) - sum(out.values()))
+    return out
+
+
 def cpu_only_lower(problem: BoundProblem, placed: IntArray) -> IntArray:
     """``solve_bound``'s ``cpu_only_lower`` from pods per shape id (e.g. the CPU-only pods one replay
     placed: ``np.bincount(run.shape[run.placed], minlength=shapes)``)."""
@@ -368,6 +388,7 @@ def solve_bound(
         )
     best_bound = np.inf
     lp_value = 0.0
+    use: FloatArray = np.zeros(0)
     converged = False
     iterations = 0
     low = np.flatnonzero(need > 0)
@@ -407,6 +428,7 @@ def solve_bound(
         # the master is always feasible (x = 0) and bounded; solve_min raises unless it is optimal
         result = solve_min(objective, np.hstack([matrix, only, slack]), rhs)
         lp_value = float(-result.fun)
+        use = result.x[: a.shape[1]]
         duals = np.maximum(0.0, -result.row_duals)
         pi = duals[n_classes : n_classes + n_items]
         mu = duals[n_classes + n_items : 2 * n_classes + n_items]
@@ -448,6 +470,7 @@ def solve_bound(
         converged=converged,
         seconds=time.perf_counter() - started,
         prices=pi - sigma,
+        column_use=np.concatenate([use, np.zeros(len(columns) - len(use))]),
     )
 
 

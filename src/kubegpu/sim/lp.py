@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -23,10 +23,12 @@ FloatArray = npt.NDArray[np.float64]
 
 @dataclass(frozen=True)
 class LpSolution:
-    """The optimum ``fun`` and, per row of ``A``, its dual (``d fun / d b``: at most 0 here)."""
+    """The optimum ``fun``, per row of ``A`` its dual (``d fun / d b``: at most 0 here), and per
+    column its value ``x``."""
 
     fun: float
     row_duals: FloatArray
+    x: FloatArray = field(default_factory=lambda: np.zeros(0))
 
 
 def solve_min(c: FloatArray, a: FloatArray, b: FloatArray) -> LpSolution:
@@ -62,6 +64,7 @@ def solve_min(c: FloatArray, a: FloatArray, b: FloatArray) -> LpSolution:
     return LpSolution(
         fun=float(h.getInfo().objective_function_value),
         row_duals=np.asarray(solution.row_dual, dtype=np.float64),
+        x=np.asarray(solution.col_value, dtype=np.float64),
     )
 
 

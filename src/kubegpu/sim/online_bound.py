@@ -38,7 +38,15 @@ from kubegpu.sim.bound import BoundProblem, BoundResult, Column, bound_problem, 
 from kubegpu.sim.scoring import MILLI, IntArray, PodRequest
 from kubegpu.sim.workload import Workload, arrivals
 
-__all__ = ["OnlineBound", "choose_pivot", "dominates", "online_bound", "pivot_bound", "with_online"]
+__all__ = [
+    "OnlineBound",
+    "choose_pivot",
+    "dominates",
+    "online_bound",
+    "pivot_bound",
+    "pivot_interval_lp",
+    "with_online",
+]
 
 PIVOT_DEMAND = 0.05  # a pivot makes up at least this share of the arrived GPU demand
 START_INTERVALS = 8
@@ -131,22 +139,19 @@ def pivot_bound(
     if where.size == 0:  # the pivot never arrived
         whole = solve_bound(problem, pool=columns, cpu_step=cpu_step, cpu_only_lower=cpu_only_lower)
         return whole.bound_milli, 0, 0, 1
-    ip = int(where[0])
-    per_pod = np.array([reqs[s].num_gpu for s in items], dtype=np.int64)
-    capped = np.array([dominates(reqs[s], reqs[pivot]) for s in items], dtype=bool)
-    capped[ip] = False
-    at = np.flatnonzero(sequence == pivot)  # arrival index of each pivot
-    n = len(at)
+    n = int((sequence == pivot).sum())
 
     def solve(low: int, high: int) -> float:
-        end = int(at[high]) if high < n else len(sequence)  # arrivals before the (high + 1)-th pivot
-        before = np.bincount(sequence[:end], minlength=len(reqs)).astype(np.int64)
-        units = np.where(capped, before[items] * per_pod, problem.item_units)
-        units[ip] = high
-        lower = np.zeros(len(items), dtype=np.int64)
-        lower[ip] = low
-        return solve_bound(
-            problem, units=units, lower=lower, pool=columns, cpu_step=cpu_step, cpu_only_lower=cpu_only_lower
+        return pivot_interval_lp(
+            workload,
+            sequence,
+            pivot,
+            low,
+            high,
+            problem=problem,
+            pool=columns,
+            cpu_step=cpu_step,
+            cpu_only_lower=cpu_only_lower,
         ).bound_milli
 
     # intervals [low, high] of j, inclusive, covering 0 .. n; split into disjoint halves
@@ -168,6 +173,39 @@ def pivot_bound(
             solves += 1
     value, low, high = heap[0]
     return -value, low, high, solves
+
+
+def pivot_interval_lp(
+    workload: Workload,
+    sequence: IntArray,
+    pivot: int,
+    low: int,
+    high: int,
+    *,
+    problem: BoundProblem,
+    pool: list[Column],
+    cpu_step: float | None = None,
+    cpu_only_lower: IntArray | None = None,
+) -> BoundResult:
+    """The LP of one interval of ``j`` (between ``low`` and ``high`` pivots placed, the shapes that
+    dominate the pivot capped at their arrivals before the ``high + 1``-th pivot): ``pivot_bound``
+    solves these, and ``configuration_use`` reads how the one at its maximum fills the GPUs."""
+    reqs = workload.shape_requests
+    items = problem.item_shape
+    ip = int(np.flatnonzero(items == pivot)[0])
+    per_pod = np.array([reqs[s].num_gpu for s in items], dtype=np.int64)
+    capped = np.array([dominates(reqs[s], reqs[pivot]) for s in items], dtype=bool)
+    capped[ip] = False
+    at = np.flatnonzero(sequence == pivot)  # arrival index of each pivot
+    end = int(at[high]) if high < len(at) else len(sequence)  # arrivals before the (high + 1)-th pivot
+    before = np.bincount(sequence[:end], minlength=len(reqs)).astype(np.int64)
+    units = np.where(capped, before[items] * per_pod, problem.item_units)
+    units[ip] = high
+    lower = np.zeros(len(items), dtype=np.int64)
+    lower[ip] = low
+    return solve_bound(
+        problem, units=units, lower=lower, pool=pool, cpu_step=cpu_step, cpu_only_lower=cpu_only_lower
+    )
 
 
 def online_bound(

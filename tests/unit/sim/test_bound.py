@@ -15,6 +15,7 @@ from kubegpu.sim.bound import (
     best_configuration,
     bound_json,
     bound_problem,
+    configuration_use,
     cpu_only_lower,
     seed_bound,
     solve_bound,
@@ -91,6 +92,24 @@ def test_bound_equals_the_known_optimum_of_tiny_cases(
     nodes: list[NodeRow], pods: list[PodRow], optimum: int
 ) -> None:
     assert bound_all(workload_of(nodes, pods)) == pytest.approx(optimum, abs=1e-6)
+
+
+def test_configuration_use_says_how_the_lp_fills_each_gpu() -> None:
+    # two GPUs; 600, 600, 400: one GPU takes 600 + 400, the other the second 600
+    wl = workload_of([("a", 8000, 1 << 16, 2, "T4")], [pod(0, 600), pod(1, 600), pod(2, 400)])
+    counts = np.bincount(wl.pod_shape, minlength=len(wl.shape_requests)).astype(np.int64)
+    problem = bound_problem(wl, counts)
+    pool: list[tuple[int, np.ndarray]] = []
+    result = solve_bound(problem, pool=pool)
+    assert result.bound_milli == pytest.approx(1600, abs=1e-6)
+    use = {k: round(v, 6) for k, v in configuration_use(problem, pool, result).items() if v > 1e-9}
+    assert use == {(600, 400): 1.0, (600,): 1.0}
+    # one 600 alone on two GPUs: one GPU stays empty
+    one = workload_of([("a", 8000, 1 << 16, 2, "T4")], [pod(0, 600)])
+    problem = bound_problem(one, np.ones(1, dtype=np.int64))
+    pool = []
+    use = configuration_use(problem, pool, solve_bound(problem, pool=pool))
+    assert {k: round(v, 6) for k, v in use.items() if v > 1e-9} == {(600,): 1.0, (): 1.0}
 
 
 def test_cpu_and_memory_of_the_node_class_cap_the_bound() -> None:

@@ -9,10 +9,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kubegpu.sim.bound import arrival_counts, bound_problem, solve_bound
-from kubegpu.sim.online_bound import choose_pivot, dominates, online_bound, pivot_bound
+from kubegpu.sim.online_bound import choose_pivot, dominates, online_bound, pivot_bound, pivot_interval_lp
 from kubegpu.sim.replay import replay
 from kubegpu.sim.scoring import Policy
-from kubegpu.sim.workload import Workload
+from kubegpu.sim.workload import Workload, arrivals
 from tests.unit.sim.test_bound import greedy, random_workload, small_cluster, workload_of
 
 
@@ -127,6 +127,24 @@ def test_every_policy_stays_under_the_online_bound_of_its_own_arrivals() -> None
         for policy in Policy:
             run = replay(wl, policy, seed, inflate=1.3)
             assert run.allocated_milli[-1] <= result.bound_milli + 1e-6, policy
+
+
+def test_the_interval_lp_at_the_maximum_is_the_online_bound() -> None:
+    # bench/gpu_contents.py reads the LP at the online bound's interval: the same value
+    wl = small_cluster()
+    for seed in (1, 4):  # seeds whose arrivals have a pivot
+        result = online_bound(wl, seed, inflate=1.3)
+        assert result.pivot
+        sequence = wl.pod_shape[arrivals(wl, seed, 1.3)]
+        counts = np.bincount(sequence, minlength=len(wl.shape_requests)).astype(np.int64)
+        pivot = choose_pivot(wl, counts)
+        assert pivot is not None
+        problem = bound_problem(wl, counts)
+        lp = pivot_interval_lp(
+            wl, sequence, pivot, result.placed_low, result.placed_high, problem=problem, pool=[]
+        )
+        assert lp.bound_milli == pytest.approx(min(result.bound_milli, result.offline_milli), rel=1e-6)
+        assert len(lp.column_use) > 0
 
 
 def test_the_online_bound_given_a_replays_cpu_only_pods_still_holds_that_replay() -> None:

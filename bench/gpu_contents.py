@@ -1,0 +1,117 @@
+"""What each GPU holds at the end: the online bound's LP against one policy's replay.
+
+The online bound (``kubegpu.sim.online_bound``) is an LP over per-GPU configurations; at the pivot
+interval where it is largest, ``configuration_use`` says how many GPUs each configuration fills.
+This script prints that beside the final content of every GPU in one replay (the same arrivals),
+the configurations that differ most first, and when each stops accepting the pivot (the LP: after
+its last placed pivot; the replay: its first refusal). On openb's sharing-heavy variants the
+difference is mostly GPUs that hold one 810-milli pod and nothing else (docs/benchmarks.md, "The
+bound given a policy's CPU-only pods"). Without the trace it prints why and exits 0.
+
+    python bench/gpu_contents.py [--data DIR] [--variant gpushare100] [--seed 42]
+        [--policy kubegpu-plan] [--top 12]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import numpy as np
+from openb import VARIANTS, default_data_dir, trace_missing, variant_workload
+
+from kubegpu.sim.bound import Column, bound_problem, configuration_use
+from kubegpu.sim.online_bound import choose_pivot, online_bound, pivot_interval_lp
+from kubegpu.sim.replay import replay
+from kubegpu.sim.scoring import MILLI, Policy
+from kubegpu.sim.workload import arrivals
+
+
+def _label(content: tuple[int, ...]) -> str:
+    return " + ".join(str(m) for m in content) if content else "nothing"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--data", type=Path, default=default_data_dir())
+    ap.add_argument("--variant", default="gpushare100")
+    ap.add_argument("--seed", type=int, default=42)
+    ap.add_argument("--policy", default=Policy.KUBEGPU_PLAN.value)
+    ap.add_argument("--top", type=int, default=12)
+    args = ap.parse_args()
+    if trace_missing(args.data, "gpu_contents"):
+        return 0
+    policies = [p.value for p in Policy]
+    if args.variant not in VARIANTS or args.policy not in policies or args.top < 1:
+        print(
+            f"gpu_contents: --variant from {', '.join(VARIANTS)}, --policy from {', '.join(policies)},"
+            " --top at least 1"
+        )
+        return 2
+    workload = variant_workload(args.data, args.variant)
+    sequence = workload.pod_shape[arrivals(workload, args.seed, 1.3)]
+    counts = np.bincount(sequence, minlength=len(workload.shape_requests)).astype(np.int64)
+    bound = online_bound(workload, args.seed)
+    pivot = choose_pivot(workload, counts)
+    problem = bound_problem(workload, counts)
+    pool: list[Column] = []
+    if pivot is None or not bound.pivot:
+        print(f"gpu_contents: {args.variant} seed {args.seed} has no pivot share: nothing to compare")
+        return 0
+    lp = pivot_interval_lp(
+        workload, sequence, pivot, bound.placed_low, bound.placed_high, problem=problem, pool=pool
+    )
+    planned = configuration_use(problem, pool, lp)
+
+    run = replay(workload, Policy(args.policy), args.seed, inflate=1.3)
+    held: dict[tuple[int, int], list[int]] = {}
+    for i in np.flatnonzero(run.placed):
+        request = workload.shape_requests[int(run.shape[i])]
+        milli = request.gpu_milli if request.num_gpu == 1 else MILLI
+        for gpu in run.gpus[i]:
+            held.setdefault((int(run.node[i]), int(gpu)), []).append(milli)
+    actual: dict[tuple[int, ...], float] = {}
+    for content in held.values():
+        key = tuple(sorted(content, reverse=True))
+        actual[key] = actual.get(key, 0.0) + 1.0
+    actual[()] = float(workload.total_gpus - len(held))
+
+    total = float(workload.total_gpus)
+    at = np.flatnonzero(sequence == pivot)
+    lp_stop = (int(at[bound.placed_high]) if bound.placed_high < len(at) else len(sequence)) / len(sequence)
+    refused = at[~run.placed[at]]
+    run_stop = (int(refused[0]) if len(refused) else len(sequence)) / len(sequence)
+    pivot_milli = workload.shape_requests[pivot].gpu_milli
+
+    def idle(use: dict[tuple[int, ...], float]) -> float:
+        return 100.0 * sum(n * (MILLI - sum(k)) for k, n in use.items()) / (total * MILLI)
+
+    print(
+        f"{args.variant}, seed {args.seed}, 130 % arrived: the online bound {bound.bound_pct:.3f} %"
+        f" (the LP of {bound.placed_low}-{bound.placed_high} of {bound.pivot_arrived} {bound.pivot}"
+        f" placed), {args.policy} {100.0 * int(run.allocated_milli[-1]) / (total * MILLI):.3f} %"
+    )
+    print(
+        f"the {pivot_milli}-milli pivot accepted until {100 * lp_stop:.1f} % of the arrivals by the LP,"
+        f" {100 * run_stop:.1f} % by {args.policy}\n"
+    )
+    print(
+        f"| GPU holds | the online bound's LP | {args.policy} |",
+        "difference x idle milli, % of the cluster |",
+    )
+    print("|---|---|---|---|")
+    keys = sorted(
+        set(planned) | set(actual),
+        key=lambda k: -abs((actual.get(k, 0.0) - planned.get(k, 0.0)) * (MILLI - sum(k))),
+    )
+    for key in keys[: args.top]:
+        a, p = actual.get(key, 0.0), planned.get(key, 0.0)
+        cost = 100.0 * (a - p) * (MILLI - sum(key)) / (total * MILLI)
+        print(f"| {_label(key)} | {p:,.0f} | {a:,.0f} | {cost:+.2f} |")
+    print(f"| idle milli, % of the cluster | {idle(planned):.2f} | {idle(actual):.2f} | |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
