@@ -28,12 +28,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from openb import VARIANTS, default_data_dir, trace_missing, variant_workload
+from openb import default_data_dir, trace_missing, variant_workload, variants_and_seeds
 
 from kubegpu.errors import InputError
 from kubegpu.sim.online_bound import online_bound
 from kubegpu.sim.replay import replay
-from kubegpu.sim.run import parse_seeds
 from kubegpu.sim.scoring import MILLI, Policy
 
 POLICIES = (Policy.FGD, Policy.KUBEGPU, Policy.KUBEGPU_PLAN)
@@ -78,15 +77,11 @@ def main() -> int:
     args = ap.parse_args()
     if trace_missing(args.data, "bound_given_cpu_only"):
         return 0
-    names = [v.strip() for v in args.variants.split(",") if v.strip()]
-    unknown = [v for v in names if v not in VARIANTS]
-    if unknown or not names or args.workers < 1:
-        print(f"bound_given_cpu_only: --variants from {', '.join(VARIANTS)}, --workers at least 1")
-        return 2
+    problem = "" if args.workers >= 1 else "--workers at least 1"
     try:
-        seeds = parse_seeds(args.seeds)
+        names, seeds = variants_and_seeds("bound_given_cpu_only", args.variants, args.seeds, problem=problem)
     except InputError as exc:
-        print(f"bound_given_cpu_only: {exc}")
+        print(exc)
         return 2
     jobs = [(name, seed) for name in names for seed in seeds]
     rows: dict[tuple[str, Policy], list[Row]] = {(n, p): [] for n in names for p in POLICIES}

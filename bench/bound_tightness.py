@@ -32,13 +32,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from openb import VARIANTS, default_data_dir, trace_missing, variant_workload
+from openb import VARIANTS, default_data_dir, trace_missing, variant_workload, variants_and_seeds
 
 from kubegpu.errors import InputError
 from kubegpu.sim.bound import Column, bound_problem
 from kubegpu.sim.online_bound import choose_pivot, online_bound, pivot_bound
 from kubegpu.sim.replay import replay
-from kubegpu.sim.run import parse_seeds
 from kubegpu.sim.scoring import MILLI, Policy
 from kubegpu.sim.workload import Workload, arrivals
 
@@ -119,18 +118,12 @@ def main() -> int:
     args = ap.parse_args()
     if trace_missing(args.data, "bound_tightness"):
         return 0
-    names = [v.strip() for v in args.variants.split(",") if v.strip()]
-    unknown = [v for v in names if v not in VARIANTS]
-    if unknown or not 0.01 <= args.cpu_step <= 8 or args.workers < 1:
-        print(
-            f"bound_tightness: --variants from {', '.join(VARIANTS)}, --cpu-step 0.01-8 cores,"
-            " --workers at least 1"
-        )
-        return 2
+    ok = 0.01 <= args.cpu_step <= 8 and args.workers >= 1
+    problem = "" if ok else "--cpu-step 0.01-8 cores, --workers at least 1"
     try:
-        seeds = parse_seeds(args.seeds)
+        names, seeds = variants_and_seeds("bound_tightness", args.variants, args.seeds, problem=problem)
     except InputError as exc:
-        print(f"bound_tightness: {exc}")
+        print(exc)
         return 2
     jobs = [(name, seed) for name in names for seed in seeds]
     rows: dict[str, list[Row]] = {name: [] for name in names}

@@ -11,7 +11,9 @@ import os
 import tempfile
 from pathlib import Path
 
+from kubegpu.errors import InputError
 from kubegpu.sim.openb import ENV, NODES_FILE, PODS_FILE
+from kubegpu.sim.run import parse_seeds
 from kubegpu.sim.trace import load_pods, load_trace, write_pods
 from kubegpu.sim.variants import gpushare_variant
 from kubegpu.sim.workload import Workload, prepare
@@ -37,6 +39,22 @@ def trace_missing(data: Path | None, tool: str) -> bool:
         print(f"{tool}: skipped: {data} does not hold {NODES} and {PODS}")
         return True
     return False
+
+
+def variants_and_seeds(
+    tool: str, variants: str, seeds: str, *, problem: str = ""
+) -> tuple[list[str], list[int]]:
+    """``--variants`` (comma-separated names of ``VARIANTS``) and ``--seeds`` (``parse_seeds``);
+    ``InputError`` naming ``tool`` and what is allowed, also when ``problem`` (another option's
+    complaint, e.g. "--workers at least 1") is set."""
+    names = [v.strip() for v in variants.split(",") if v.strip()]
+    if problem or not names or any(v not in VARIANTS for v in names):
+        extra = f", {problem}" if problem else ""
+        raise InputError(f"{tool}: --variants from {', '.join(VARIANTS)}{extra}")
+    try:
+        return names, parse_seeds(seeds)
+    except InputError as exc:
+        raise InputError(f"{tool}: {exc}") from exc
 
 
 def variant_workload(data: Path, name: str) -> Workload:
