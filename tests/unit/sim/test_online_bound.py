@@ -9,7 +9,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kubegpu.sim.bound import arrival_counts, bound_problem, solve_bound
-from kubegpu.sim.online_bound import choose_pivot, dominates, online_bound, pivot_bound, pivot_interval_lp
+from kubegpu.sim.online_bound import (
+    choose_pivot,
+    dominates,
+    joint_pivot_bound,
+    online_bound,
+    pivot_bound,
+    pivot_interval_lp,
+    second_pivots,
+)
 from kubegpu.sim.replay import replay
 from kubegpu.sim.scoring import Policy
 from kubegpu.sim.workload import Workload, arrivals
@@ -114,12 +122,50 @@ def test_no_policy_that_places_every_fitting_pod_beats_it(
             node_level = pivot_bound(wl, sequence, pivot, cpu_step=0.5)[0]
             assert placed <= node_level + 1e-6, wl.shape_labels[pivot]
             assert node_level <= value + 1e-5 * wl.total_gpu_milli
+    # the two largest shares as joint pivots: still a valid bound
+    shares = sorted(
+        (s for s, r in enumerate(wl.shape_requests) if r.shared and (sequence == s).any()),
+        key=lambda s: -wl.shape_requests[s].gpu_milli,
+    )
+    if len(shares) >= 2:
+        counts = np.bincount(sequence, minlength=len(wl.shape_requests))
+        joint = joint_pivot_bound(
+            wl, sequence, tuple(shares[:2]), problem=bound_problem(wl, counts), pool=[]
+        )[0]
+        assert placed <= joint + 1e-6
+
+
+def test_two_pivots_together_are_exact_where_each_alone_is_not() -> None:
+    # two 1-GPU nodes; a 470 comes first, then an 810 (each must be placed: a GPU is free), then
+    # three whole GPUs (none fits), then 300s (one fits beside the 470): every policy ends at 1,580.
+    # The 810 alone as pivot lets the LP leave the 470 out (1,810), the 470 alone lets it leave the
+    # 810 out (1,770); together they are exact
+    milli = [470, 810, 1000, 1000, 1000, 300, 300, 300]
+    wl = workload_of(
+        [("a", 64000, 1 << 18, 1, "G2"), ("b", 64000, 1 << 18, 1, "G2")],
+        [(f"p{i}", 2000, 1024, 1, m, "") for i, m in enumerate(milli)],
+    )
+    sequence = wl.pod_shape[np.arange(len(milli))]
+    shape = {wl.shape_requests[s].gpu_milli: s for s in set(sequence.tolist())}
+    counts = np.bincount(sequence, minlength=len(wl.shape_requests))
+    problem = bound_problem(wl, counts)
+    assert pivot_bound(wl, sequence, shape[810])[0] == pytest.approx(1810, abs=1e-6)
+    assert pivot_bound(wl, sequence, shape[470])[0] == pytest.approx(1770, abs=1e-6)
+    joint, box, _ = joint_pivot_bound(wl, sequence, (shape[810], shape[470]), problem=problem, pool=[])
+    assert joint == pytest.approx(1580, abs=1e-6)
+    assert box == ((1, 1), (1, 1))  # one of each placed
+    assert second_pivots(wl, counts, shape[810]) == [shape[470], shape[300]]
 
 
 def test_every_policy_stays_under_the_online_bound_of_its_own_arrivals() -> None:
     wl = small_cluster()
     for seed in (1, 2, 3):
         result = online_bound(wl, seed, inflate=1.3)
+        joint = online_bound(wl, seed, inflate=1.3, second_pivot=True)
+        assert joint.bound_milli <= result.bound_milli + 1e-6
+        for policy in Policy:
+            run = replay(wl, policy, seed, inflate=1.3)
+            assert run.allocated_milli[-1] <= joint.bound_milli + 1e-6, policy
         assert result.bound_milli <= result.offline_milli + 1e-6
         if seed == 1:  # its 810-milli shares are forced in early: below the offline bound
             assert result.pivot.endswith("1x810m")
