@@ -205,7 +205,8 @@ def register(app: typer.Typer) -> None:
         epilog="Examples: kubegpu sim bound (the trace in $KUBEGPU_OPENB_DIR) · "
         "kubegpu sim bound --nodes nodes.csv --pods pods.csv · "
         "kubegpu sim bound --nodes nodes.csv --pods pods.csv --seeds 42-51 --json · "
-        "kubegpu sim bound --seeds 42 --online --node-level",
+        "kubegpu sim bound --seeds 42 --online --node-level · "
+        "kubegpu sim bound --seeds 42 --second-pivot",
     )
     def bound(  # noqa: PLR0917 - typer maps each parameter to a flag
         nodes: Annotated[
@@ -249,6 +250,14 @@ def register(app: typer.Typer) -> None:
                 "LP's columns (tighter where a node's CPU binds; about a minute per seed on 1,213 nodes).",
             ),
         ] = False,
+        second_pivot: Annotated[
+            bool,
+            typer.Option(
+                "--second-pivot",
+                help="The online bound (implies --online) tightened by a second pivot: each other share "
+                "with 2 % of the GPU demand is tried jointly with the first (about a minute per seed).",
+            ),
+        ] = False,
     ) -> None:
         """An upper bound on the GPU % any policy can allocate for each seed's arrivals (an LP relaxation)."""
         from kubegpu.sim.openb import resolve
@@ -263,10 +272,12 @@ def register(app: typer.Typer) -> None:
         from kubegpu.sim.bound import NODE_LEVEL_CPU_STEP, bound_json
 
         step = NODE_LEVEL_CPU_STEP if node_level else None
-        if online:
+        if online or second_pivot:
             from kubegpu.sim.online_bound import with_online
 
-            found = online_bounds(workload, seed_list, inflate, quiet=as_json, cpu_step=step)
+            found = online_bounds(
+                workload, seed_list, inflate, quiet=as_json, cpu_step=step, second_pivot=second_pivot
+            )
             document = bound_json(
                 [r.offline for r in found], seeds=seed_list, inflate=inflate, workload=workload, cpu_step=step
             )

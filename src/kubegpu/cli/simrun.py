@@ -250,18 +250,26 @@ def bounds(
 
 
 def online_bounds(
-    workload: Any, seeds: tuple[int, ...], inflate: float, *, quiet: bool, cpu_step: float | None = None
+    workload: Any,
+    seeds: tuple[int, ...],
+    inflate: float,
+    *,
+    quiet: bool,
+    cpu_step: float | None = None,
+    second_pivot: bool = False,
 ) -> list[Any]:
     """The online bound (with the offline one) per seed, a line per seed on stderr."""
     from kubegpu.sim.online_bound import online_bound
 
     def line(r: Any) -> str:
+        second = f" and {r.second_pivot}" if r.second_pivot else ""
         return (
-            f"{r.offline_pct:.2f} %, online {r.bound_pct:.2f} % (pivot {r.pivot or 'none'}, "
+            f"{r.offline_pct:.2f} %, online {r.bound_pct:.2f} % (pivot {r.pivot or 'none'}{second}, "
             f"{r.solves} LPs, {r.seconds:.1f} s)"
         )
 
-    return _per_seed(partial(online_bound, cpu_step=cpu_step), line, workload, seeds, inflate, quiet=quiet)
+    solve = partial(online_bound, cpu_step=cpu_step, second_pivot=second_pivot)
+    return _per_seed(solve, line, workload, seeds, inflate, quiet=quiet)
 
 
 def render_bound(document: dict[str, Any]) -> None:
@@ -287,6 +295,8 @@ def render_bound(document: dict[str, Any]) -> None:
             "; online: no policy that places every pod that fits on arrival does"
             " (pivot: the share forced in, placed: how many of it the maximum places)"
         )
+        if any(row.get("second_pivot") for row in b["per_seed"]):
+            table.caption += "; pivot + second pivot: the two placed jointly (placed: the first)"
         columns += ["online %", "pivot", "placed"]
     for col in (*columns, "columns", "s"):
         table.add_column(col, justify="right")
@@ -296,9 +306,14 @@ def render_bound(document: dict[str, Any]) -> None:
         if online:
             low, high = row["pivot_placed"]
             placed = f"{low}" if low == high else f"{low}-{high}"
+            pivot = row["pivot"] or "-"
+            if row.get("second_pivot"):
+                pivot += f" + {row['second_pivot']}"
+                low, high = row["joint_placed"][0]
+                placed = f"{low}" if low == high else f"{low}-{high}"
             cells += [
                 f"{row['online_bound_pct']:.2f}",
-                row["pivot"] or "-",
+                pivot,
                 f"{placed} of {row['pivot_arrived']}" if row["pivot"] else "-",
             ]
             seconds = row["online_seconds"]

@@ -402,6 +402,11 @@ def with_online(document: dict[str, Any], results: Sequence[OnlineBound]) -> dic
             "pivot_placed": [r.placed_low, r.placed_high],
             "online_solves": r.solves,
             "online_seconds": round(r.seconds, 3),
+            **(
+                {"second_pivot": r.second_pivot, "joint_placed": [list(b) for b in r.joint_placed]}
+                if r.second_pivot
+                else {}
+            ),
         }
         for row, r in zip(bound["per_seed"], results, strict=True)
     ]

@@ -153,3 +153,29 @@ def test_node_level_bound_holds_each_node_to_its_cores(tmp_path: Path) -> None:
     table = CliRunner().invoke(app, [*args, "--node-level"])
     assert table.exit_code == 0, table.output
     assert "node-level" in table.stdout and "30.00" in table.stdout
+
+
+def test_second_pivot_tightens_the_online_bound_to_what_every_policy_reaches(tmp_path: Path) -> None:
+    # two 1-GPU nodes; seed 1's order is 300, 470, 810, 1000, 1000, 300, 1000, 300: the 470 and
+    # the 810 must both be placed on arrival, after which only a 300 fits (every greedy policy
+    # ends at 1,580 of 2,000 milli). The 810 alone as pivot lets the LP leave the 470 out (1,810)
+    nodes = tmp_path / "nodes.csv"
+    nodes.write_text("sn,cpu_milli,memory_mib,gpu,model\na,64000,262144,1,G2\nb,64000,262144,1,G2\n")
+    pods = tmp_path / "pods.csv"
+    milli = [470, 810, 1000, 1000, 1000, 300, 300, 300]
+    pods.write_text(
+        "name,cpu_milli,memory_mib,num_gpu,gpu_milli\n"
+        + "".join(f"p{i},2000,1024,1,{m}\n" for i, m in enumerate(milli))
+    )
+    args = ["sim", "bound", "--nodes", str(nodes), "--pods", str(pods), "--seeds", "1", "--inflate", "0"]
+    one = json.loads(CliRunner().invoke(app, [*args, "--json", "--online"]).stdout)["bound"]["per_seed"][0]
+    result = CliRunner().invoke(app, [*args, "--json", "--second-pivot"])  # implies --online
+    assert result.exit_code == 0, result.output
+    row = json.loads(result.stdout)["bound"]["per_seed"][0]
+    assert one["online_bound_pct"] == 90.5 and "second_pivot" not in one
+    assert row["online_bound_pct"] == 79.0
+    assert row["pivot"].endswith("1x810m") and row["second_pivot"].endswith("1x470m")
+    assert row["joint_placed"] == [[1, 1], [1, 1]]  # one of each placed
+    table = CliRunner().invoke(app, [*args, "--second-pivot"], env={"COLUMNS": "200"})
+    assert table.exit_code == 0, table.output
+    assert "79.00" in table.stdout and "2c/1x810m + 2c/1x470m" in table.stdout
