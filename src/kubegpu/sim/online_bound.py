@@ -419,6 +419,11 @@ def with_online(document: dict[str, Any], results: Sequence[OnlineBound]) -> dic
             "online_bound_pct_mean": round(statistics.fmean(pcts), 3),
             "online_bound_pct_std": round(statistics.pstdev(pcts), 3),
             "online_model": "the bound with the pivot share placed on arrival until its first refusal"
-            " and no dominating pod placed after it, maximised over that refusal",
+            " and no dominating pod placed after it, maximised over that refusal"
+            + (
+                "; the lower of it and the same with a second pivot jointly, per seed"
+                if any(r.second_pivot for r in results)
+                else ""
+            ),
         },
     }
