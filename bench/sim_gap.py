@@ -19,11 +19,13 @@ A third table adds ``kubegpu-plan`` (``kubegpu.sim.plan``) beside them: its allo
 share of FGD's gap it closes, to the bound and to the online bound.
 
     python bench/sim_gap.py [--data DIR] [--seeds 42-51 | --tune | --held-out] [--workers 2]
-        [--variants default,gpushare40,...] [--bound-cache FILE | --no-bound-cache] [--second-pivot]
+        [--variants default,gpushare40,...] [--bound-cache FILE | --no-bound-cache]
+        [--second-pivot | --pivots 1|2|3]
 
 Seed sets: 42-51 (the paper's, default), ``--tune`` 0-9, ``--held-out`` 100-109. ``--second-pivot``
-tightens the online bound with a second pivot (``online_bound(..., second_pivot=True)``, about a
-minute per seed instead of seconds; cached under its own key).
+(``--pivots 2``) tightens the online bound with a second pivot (``online_bound(..., pivots=2)``,
+about a minute per seed instead of seconds), ``--pivots 3`` with a third as well (two to three
+minutes per seed); each is cached under its own key.
 
 The bounds take seconds per seed and depend only on the two CSV files, the seed and the bounds'
 code, so each pair is kept in a JSON file (default ``~/.cache/kubegpu/sim_gap_bounds.json``) under
@@ -57,21 +59,20 @@ from kubegpu.sim.workload import Workload, prepare
 
 VARIANTS = ("default", "gpushare40", "gpushare60", "gpushare80", "gpushare100")
 VARIANT_SEED = 0  # the variant pod lists themselves: one fixed draw each
+_KEY_SUFFIX = {1: "", 2: "/second-pivot", 3: "/three-pivots"}  # bound cache keys per --pivots
 
 _WORKLOAD: Workload | None = None
-_SECOND_PIVOT = False
+_PIVOTS = 1
 
 
 def _bound(seed: int) -> OnlineBound:
     assert _WORKLOAD is not None
-    return online_bound(_WORKLOAD, seed, second_pivot=_SECOND_PIVOT)
+    return online_bound(_WORKLOAD, seed, pivots=_PIVOTS)
 
 
-def bounds(
-    workload: Workload, seeds: tuple[int, ...], workers: int, *, second_pivot: bool = False
-) -> list[OnlineBound]:
-    global _WORKLOAD, _SECOND_PIVOT  # inherited by the forked workers
-    _WORKLOAD, _SECOND_PIVOT = workload, second_pivot
+def bounds(workload: Workload, seeds: tuple[int, ...], workers: int, *, pivots: int = 1) -> list[OnlineBound]:
+    global _WORKLOAD, _PIVOTS  # inherited by the forked workers
+    _WORKLOAD, _PIVOTS = workload, pivots
     if workers <= 1:
         return [_bound(s) for s in seeds]
     with ProcessPoolExecutor(max_workers=workers) as pool:
@@ -92,7 +93,7 @@ def cached_bounds(
     *,
     key: str,
     cache: Path | None,
-    second_pivot: bool = False,
+    pivots: int = 1,
 ) -> list[tuple[float, float]]:
     """(bound %, online bound %) per seed, from ``cache`` where it holds them for ``key``; the rest
     solved and stored."""
@@ -107,7 +108,7 @@ def cached_bounds(
         except (ValueError, AttributeError, TypeError):
             print(f"sim_gap: {cache} is not a bound cache; solving every bound again", file=sys.stderr)
     missing = tuple(s for s in seeds if f"{key}/{s}" not in stored)
-    solved = bounds(workload, missing, workers, second_pivot=second_pivot)
+    solved = bounds(workload, missing, workers, pivots=pivots)
     for seed, result in zip(missing, solved, strict=True):
         stored[f"{key}/{seed}"] = [result.offline_pct, result.bound_pct]
     if cache is not None and missing:
@@ -139,7 +140,15 @@ def main() -> int:
         action="store_true",
         help="tighten the online bound with a second pivot (kubegpu sim bound --second-pivot; slower)",
     )
+    ap.add_argument(
+        "--pivots",
+        type=int,
+        choices=(1, 2, 3),
+        default=1,
+        help="shares the online bound forces in jointly (kubegpu sim bound --pivots; 2 is --second-pivot)",
+    )
     args = ap.parse_args()
+    pivots = max(args.pivots, 2 if args.second_pivot else 1)
     cache = None if args.no_bound_cache else args.bound_cache
     if trace_missing(args.data, "sim_gap"):
         return 0
@@ -151,8 +160,8 @@ def main() -> int:
         print(f"sim_gap: unknown variant(s) {', '.join(unknown)}; choose from {', '.join(VARIANTS)}")
         return 2
     pods = load_pods(pods_path)
-    pivots = ", online bound with a second pivot" if args.second_pivot else ""
-    print(f"seeds {seeds[0]}-{seeds[-1]} ({len(seeds)}), inflate 1.3, ties node-order{pivots}\n")
+    how = {1: "", 2: ", online bound with a second pivot", 3: ", online bound with a second and third pivot"}
+    print(f"seeds {seeds[0]}-{seeds[-1]} ({len(seeds)}), inflate 1.3, ties node-order{how[pivots]}\n")
     print("| variant | bound | FGD | kubegpu | FGD gap | kubegpu gap | share of FGD's gap closed |")
     print("|---|---|---|---|---|---|---|")
     online_rows: list[str] = []
@@ -171,9 +180,9 @@ def main() -> int:
                 workload,
                 seeds,
                 args.workers,
-                key=f"{name}/{_digest(nodes_path, path)}{'/second-pivot' if args.second_pivot else ''}",
+                key=f"{name}/{_digest(nodes_path, path)}{_KEY_SUFFIX[pivots]}",
                 cache=cache,
-                second_pivot=args.second_pivot,
+                pivots=pivots,
             )
             request = SimRequest(
                 policies=(Policy.FGD, Policy.KUBEGPU, Policy.KUBEGPU_PLAN), seeds=seeds, workers=args.workers

@@ -206,7 +206,8 @@ def register(app: typer.Typer) -> None:
         "kubegpu sim bound --nodes nodes.csv --pods pods.csv · "
         "kubegpu sim bound --nodes nodes.csv --pods pods.csv --seeds 42-51 --json · "
         "kubegpu sim bound --seeds 42 --online --node-level · "
-        "kubegpu sim bound --seeds 42 --second-pivot",
+        "kubegpu sim bound --seeds 42 --second-pivot · "
+        "kubegpu sim bound --seeds 42 --pivots 3",
     )
     def bound(  # noqa: PLR0917 - typer maps each parameter to a flag
         nodes: Annotated[
@@ -255,9 +256,21 @@ def register(app: typer.Typer) -> None:
             typer.Option(
                 "--second-pivot",
                 help="The online bound (implies --online) tightened by a second pivot: each other share "
-                "with 2 % of the GPU demand is tried jointly with the first (about a minute per seed).",
+                "with 2 % of the GPU demand is tried jointly with the first (about a minute per seed). "
+                "The same as --pivots 2.",
             ),
         ] = False,
+        pivots: Annotated[
+            int,
+            typer.Option(
+                "--pivots",
+                min=1,
+                max=3,
+                help="Shares forced in jointly by the online bound (implies --online when above 1): 2 is "
+                "--second-pivot, 3 also tries the two second pivots that came lowest together (two to "
+                "three minutes per seed on openb).",
+            ),
+        ] = 1,
     ) -> None:
         """An upper bound on the GPU % any policy can allocate for each seed's arrivals (an LP relaxation)."""
         from kubegpu.sim.openb import resolve
@@ -272,12 +285,11 @@ def register(app: typer.Typer) -> None:
         from kubegpu.sim.bound import NODE_LEVEL_CPU_STEP, bound_json
 
         step = NODE_LEVEL_CPU_STEP if node_level else None
-        if online or second_pivot:
+        joint = max(pivots, 2 if second_pivot else 1)
+        if online or joint > 1:
             from kubegpu.sim.online_bound import with_online
 
-            found = online_bounds(
-                workload, seed_list, inflate, quiet=as_json, cpu_step=step, second_pivot=second_pivot
-            )
+            found = online_bounds(workload, seed_list, inflate, quiet=as_json, cpu_step=step, pivots=joint)
             document = bound_json(
                 [r.offline for r in found], seeds=seed_list, inflate=inflate, workload=workload, cpu_step=step
             )

@@ -34,6 +34,7 @@ from typing import Any
 
 import numpy as np
 
+from kubegpu.errors import InputError
 from kubegpu.sim.bound import BoundProblem, BoundResult, Column, bound_problem, cpu_only_lower, solve_bound
 from kubegpu.sim.scoring import MILLI, IntArray, PodRequest
 from kubegpu.sim.workload import Workload, arrivals
@@ -58,6 +59,9 @@ NARROW = 1 / 200  # an interval of j this narrow (share of the pivots arrived) i
 SECOND_PIVOT_DEMAND = 0.02  # a second pivot makes up at least this share of the arrived GPU demand
 JOINT_START = 6  # intervals per pivot that the joint branch and bound starts from
 JOINT_SPLITS = 200
+THIRD_START = 3  # the same for three pivots at once (27 boxes to start, then up to 800 splits)
+THIRD_SPLITS = 800
+MAX_PIVOTS = 3
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -73,9 +77,10 @@ class OnlineBound:
     placed_high: int
     solves: int
     seconds: float
-    # ``online_bound(..., second_pivot=True)``: the second pivot of the lowest joint bound ("" when
-    # none was tried or none came under the one-pivot bound) and that bound's box
+    # ``online_bound(..., pivots=2 or 3)``: the second (and third) pivot of the lowest joint bound
+    # ("" when none was tried or none came under the bound with fewer) and that bound's box
     second_pivot: str = ""
+    third_pivot: str = ""
     joint_placed: tuple[tuple[int, int], ...] = ()
 
     @property
@@ -255,12 +260,14 @@ def joint_pivot_bound(
     pool: list[Column],
     cpu_step: float | None = None,
     cpu_only_lower: IntArray | None = None,
+    start: int = JOINT_START,
+    splits: int = JOINT_SPLITS,
 ) -> tuple[float, tuple[tuple[int, int], ...], int]:
     """The branch and bound of ``pivot_bound`` over several pivots' ``j`` at once: boxes of
-    (``low``, ``high``) per pivot, ``JOINT_START`` intervals each to start, the box with the highest
-    LP split in two along the pivot whose interval is widest (as a share of its arrivals) until it is
-    narrow or ``JOINT_SPLITS`` splits are done. The boxes always cover every combination, so the
-    highest of them is a valid bound at every step.
+    (``low``, ``high``) per pivot, ``start`` intervals each to start, the box with the highest LP
+    split in two along the pivot whose interval is widest (as a share of its arrivals) until it is
+    narrow or ``splits`` splits are done. The boxes always cover every combination, so the highest
+    of them is a valid bound at every step.
 
     Returns (bound milli, the best box, LP solves)."""
     arrived = [int((sequence == p).sum()) for p in pivots]
@@ -279,14 +286,14 @@ def joint_pivot_bound(
 
     axes = []
     for n in arrived:
-        edges = sorted({round((n + 1) * k / JOINT_START) for k in range(JOINT_START + 1)})
+        edges = sorted({round((n + 1) * k / start) for k in range(start + 1)})
         axes.append([(a, b - 1) for a, b in itertools.pairwise(edges)])
     heap: list[tuple[float, tuple[tuple[int, int], ...]]] = []
     solves = 0
     for box in itertools.product(*axes):
         heapq.heappush(heap, (-solve(box), box))
         solves += 1
-    for _ in range(JOINT_SPLITS):
+    for _ in range(splits):
         _, box = heap[0]
         widths = [(high - low) / max(n, 1) for (low, high), n in zip(box, arrived, strict=True)]
         k = int(np.argmax(widths))
@@ -325,7 +332,7 @@ def online_bound(
     inflate: float = 1.3,
     cpu_step: float | None = None,
     cpu_only_placed: IntArray | None = None,
-    second_pivot: bool = False,
+    pivots: int = 1,
 ) -> OnlineBound:
     """The online bound for ``seed``'s arrivals (the ones ``replay`` places), with the offline bound;
     both node-level with ``cpu_step`` (``kubegpu.sim.bound.solve_bound``).
@@ -334,10 +341,13 @@ def online_bound(
     CPU-only pods in: both bounds then hold for the placements that take at least them, not for
     every policy (``kubegpu.sim.bound.cpu_only_lower``).
 
-    ``second_pivot`` also tries each of ``second_pivots`` jointly with the pivot
-    (``joint_pivot_bound``) and keeps the lowest bound: tighter where the pivot's LP leaves out a
-    share that a policy has to place while it fits (the default trace's 470-milli pods), and a few
-    LPs per candidate slower."""
+    ``pivots`` 2 also tries each of ``second_pivots`` jointly with the pivot (``joint_pivot_bound``)
+    and keeps the lowest bound: tighter where the pivot's LP leaves out a share that a policy has to
+    place while it fits (the default trace's 470-milli pods), and a few LPs per candidate slower.
+    ``pivots`` 3 then also tries the two candidates whose pairs came lowest together with the pivot
+    (``THIRD_START`` and ``THIRD_SPLITS``; a minute or two more per seed on openb)."""
+    if not 1 <= pivots <= MAX_PIVOTS:
+        raise InputError(f"online bound: pivots must be 1 to {MAX_PIVOTS}, not {pivots}")
     started = time.perf_counter()
     sequence = workload.pod_shape[arrivals(workload, seed, inflate)]
     counts = np.bincount(sequence, minlength=len(workload.shape_requests)).astype(np.int64)
@@ -359,9 +369,10 @@ def online_bound(
             workload, sequence, pivot, problem=problem, pool=pool, cpu_step=cpu_step, cpu_only_lower=forced
         )
         label, arrived = workload.shape_labels[pivot], int(counts[pivot])
-    second = ""
+    second = third = ""
     joint: tuple[tuple[int, int], ...] = ()
-    if second_pivot and pivot is not None:
+    pairs: list[tuple[float, int]] = []  # (joint bound, second pivot) per candidate
+    if pivots >= 2 and pivot is not None:
         for other in second_pivots(workload, counts, pivot):
             both, box, more = joint_pivot_bound(
                 workload,
@@ -373,8 +384,26 @@ def online_bound(
                 cpu_only_lower=forced,
             )
             solves += more
+            pairs.append((both, other))
             if both < value:
                 value, second, joint = both, workload.shape_labels[other], box
+    if pivots >= 3 and pivot is not None and len(pairs) >= 2:
+        (_, a), (_, b) = sorted(pairs)[:2]
+        all_three, box, more = joint_pivot_bound(
+            workload,
+            sequence,
+            (pivot, a, b),
+            problem=problem,
+            pool=pool,
+            cpu_step=cpu_step,
+            cpu_only_lower=forced,
+            start=THIRD_START,
+            splits=THIRD_SPLITS,
+        )
+        solves += more
+        if all_three < value:
+            value, joint = all_three, box
+            second, third = workload.shape_labels[a], workload.shape_labels[b]
     return OnlineBound(
         bound_milli=min(value, offline.bound_milli),
         offline=offline,
@@ -386,6 +415,7 @@ def online_bound(
         solves=solves + 1,
         seconds=time.perf_counter() - started,
         second_pivot=second,
+        third_pivot=third,
         joint_placed=joint,
     )
 
@@ -407,6 +437,7 @@ def with_online(document: dict[str, Any], results: Sequence[OnlineBound]) -> dic
                 if r.second_pivot
                 else {}
             ),
+            **({"third_pivot": r.third_pivot} if r.third_pivot else {}),
         }
         for row, r in zip(bound["per_seed"], results, strict=True)
     ]
@@ -421,7 +452,9 @@ def with_online(document: dict[str, Any], results: Sequence[OnlineBound]) -> dic
             "online_model": "the bound with the pivot share placed on arrival until its first refusal"
             " and no dominating pod placed after it, maximised over that refusal"
             + (
-                "; the lower of it and the same with a second pivot jointly, per seed"
+                "; the lower of it and the same with a second (and third) pivot jointly, per seed"
+                if any(r.third_pivot for r in results)
+                else "; the lower of it and the same with a second pivot jointly, per seed"
                 if any(r.second_pivot for r in results)
                 else ""
             ),

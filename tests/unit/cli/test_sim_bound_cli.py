@@ -179,3 +179,33 @@ def test_second_pivot_tightens_the_online_bound_to_what_every_policy_reaches(tmp
     table = CliRunner().invoke(app, [*args, "--second-pivot"], env={"COLUMNS": "200"})
     assert table.exit_code == 0, table.output
     assert "79.00" in table.stdout and "2c/1x810m + 2c/1x470m" in table.stdout
+
+
+def test_three_pivots_reach_what_every_policy_places(tmp_path: Path) -> None:
+    # three 1-GPU nodes; seed 27's order is 810, 470, 650, 300, 1000, 1000, 300, 1000: the three
+    # shares take a GPU each, a 300 joins the 470 and one the 650 (every policy: 2,530 of 3,000
+    # milli). One pivot 93.667 %, two 86.0 %, three exact
+    nodes = tmp_path / "nodes.csv"
+    nodes.write_text(
+        "sn,cpu_milli,memory_mib,gpu,model\n" + "".join(f"{n},64000,262144,1,G2\n" for n in "abc")
+    )
+    pods = tmp_path / "pods.csv"
+    milli = [470, 810, 650, 1000, 1000, 1000, 300, 300]
+    pods.write_text(
+        "name,cpu_milli,memory_mib,num_gpu,gpu_milli\n"
+        + "".join(f"p{i},2000,1024,1,{m}\n" for i, m in enumerate(milli))
+    )
+    args = ["sim", "bound", "--nodes", str(nodes), "--pods", str(pods), "--seeds", "27", "--inflate", "0"]
+    two = json.loads(CliRunner().invoke(app, [*args, "--json", "--second-pivot"]).stdout)["bound"]
+    assert two["per_seed"][0]["online_bound_pct"] == 86.0 and "third_pivot" not in two["per_seed"][0]
+    result = CliRunner().invoke(app, [*args, "--json", "--pivots", "3"])  # implies --online
+    assert result.exit_code == 0, result.output
+    row = json.loads(result.stdout)["bound"]["per_seed"][0]
+    assert row["online_bound_pct"] == 84.333
+    assert (row["second_pivot"], row["third_pivot"]) == ("2c/1x470m", "2c/1x650m")
+    assert row["joint_placed"] == [[1, 1], [1, 1], [1, 1]]
+    table = CliRunner().invoke(app, [*args, "--pivots", "3"], env={"COLUMNS": "200"})
+    assert table.exit_code == 0, table.output
+    assert "84.33" in table.stdout and "2c/1x810m + 2c/1x470m + 2c/1x650m" in table.stdout
+    bad = CliRunner().invoke(app, [*args, "--pivots", "4"])
+    assert bad.exit_code == 2 and "--pivots" in bad.output

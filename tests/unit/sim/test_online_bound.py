@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from kubegpu.errors import InputError
 from kubegpu.sim.bound import arrival_counts, bound_problem, solve_bound
 from kubegpu.sim.online_bound import (
     choose_pivot,
@@ -157,15 +158,65 @@ def test_two_pivots_together_are_exact_where_each_alone_is_not() -> None:
     assert second_pivots(wl, counts, shape[810]) == [shape[470], shape[300]]
 
 
+def three_shares() -> Workload:
+    # three 1-GPU nodes: a 470, an 810 and a 650 (no two fit one GPU), three whole GPUs, two 300s
+    milli = [470, 810, 650, 1000, 1000, 1000, 300, 300]
+    return workload_of(
+        [(name, 64000, 1 << 18, 1, "G2") for name in "abc"],
+        [(f"p{i}", 2000, 1024, 1, m, "") for i, m in enumerate(milli)],
+    )
+
+
+def test_three_pivots_together_are_exact_where_no_two_are() -> None:
+    # in this order the 470, 810 and 650 each take a GPU on arrival, the whole GPUs find none, and
+    # a 300 joins the 470 and the 650: every policy ends at 2,530 of 3,000 milli. The 810 alone
+    # lets the LP leave the 470 and the 650 out for whole GPUs (2,810); with the 470 too it leaves
+    # the 650 out (2,580), with the 650 the 470 (2,760); all three together are exact
+    wl = three_shares()
+    sequence = wl.pod_shape[np.arange(8)]
+    shape = {wl.shape_requests[s].gpu_milli: s for s in set(sequence.tolist())}
+    problem = bound_problem(wl, np.bincount(sequence, minlength=len(wl.shape_requests)))
+    assert pivot_bound(wl, sequence, shape[810])[0] == pytest.approx(2810, abs=1e-6)
+    pairs = {
+        m: joint_pivot_bound(wl, sequence, (shape[810], shape[m]), problem=problem, pool=[])[0]
+        for m in (470, 650)
+    }
+    assert pairs == pytest.approx({470: 2580, 650: 2760}, abs=1e-6)
+    three, box, _ = joint_pivot_bound(
+        wl, sequence, (shape[810], shape[470], shape[650]), problem=problem, pool=[], start=3
+    )
+    assert three == pytest.approx(2530, abs=1e-6)
+    assert box == ((1, 1), (1, 1), (1, 1))
+
+
+def test_online_bound_with_three_pivots_picks_the_two_lowest_pairs() -> None:
+    # seed 27 (no inflation) orders the pods 810, 470, 650, 300, 1000, 1000, 300, 1000: as above,
+    # every policy ends at 2,530; the pairs with the 470 (2,580) and the 650 come lowest, and the
+    # three together reach 2,530
+    wl = three_shares()
+    bounds = [online_bound(wl, 27, inflate=0, pivots=k).bound_milli for k in (1, 2, 3)]
+    assert bounds == pytest.approx([2810, 2580, 2530], abs=1e-6)
+    three = online_bound(wl, 27, inflate=0, pivots=3)
+    assert (three.second_pivot, three.third_pivot) == ("2c/1x470m", "2c/1x650m")
+    assert three.joint_placed == ((1, 1), (1, 1), (1, 1))
+    for policy in Policy:
+        assert replay(wl, policy, 27, inflate=0).allocated_milli[-1] == 2530, policy
+    with pytest.raises(InputError, match="pivots must be 1 to 3"):
+        online_bound(wl, 27, inflate=0, pivots=4)
+
+
 def test_every_policy_stays_under_the_online_bound_of_its_own_arrivals() -> None:
     wl = small_cluster()
     for seed in (1, 2, 3):
         result = online_bound(wl, seed, inflate=1.3)
-        joint = online_bound(wl, seed, inflate=1.3, second_pivot=True)
-        assert joint.bound_milli <= result.bound_milli + 1e-6
+        joint = online_bound(wl, seed, inflate=1.3, pivots=2)
+        three = online_bound(wl, seed, inflate=1.3, pivots=3)
+        assert three.bound_milli <= joint.bound_milli + 1e-6 <= result.bound_milli + 2e-6
+        if seed == 1:  # its three 810-milli shapes (4.1, 3.4 and 4.8 cores) each tighten it
+            assert three.bound_milli < joint.bound_milli - 50 and three.third_pivot
         for policy in Policy:
             run = replay(wl, policy, seed, inflate=1.3)
-            assert run.allocated_milli[-1] <= joint.bound_milli + 1e-6, policy
+            assert run.allocated_milli[-1] <= three.bound_milli + 1e-6, policy
         assert result.bound_milli <= result.offline_milli + 1e-6
         if seed == 1:  # its 810-milli shares are forced in early: below the offline bound
             assert result.pivot.endswith("1x810m")
