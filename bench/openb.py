@@ -43,7 +43,7 @@ def trace_missing(data: Path | None, tool: str) -> bool:
 
 def variants_and_seeds(
     tool: str, variants: str, seeds: str, *, problem: str = ""
-) -> tuple[list[str], list[int]]:
+) -> tuple[list[str], tuple[int, ...]]:
     """``--variants`` (comma-separated names of ``VARIANTS``) and ``--seeds`` (``parse_seeds``);
     ``InputError`` naming ``tool`` and what is allowed, also when ``problem`` (another option's
     complaint, e.g. "--workers at least 1") is set."""

@@ -42,7 +42,7 @@ import statistics
 import sys
 import tempfile
 import time
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
 from openb import NODES, PODS, default_data_dir, trace_missing
@@ -73,10 +73,26 @@ def _bound(seed: int) -> OnlineBound:
 def bounds(workload: Workload, seeds: tuple[int, ...], workers: int, *, pivots: int = 1) -> list[OnlineBound]:
     global _WORKLOAD, _PIVOTS  # inherited by the forked workers
     _WORKLOAD, _PIVOTS = workload, pivots
+    done: dict[int, OnlineBound] = {}
+
+    def report(seed: int, result: OnlineBound) -> None:
+        done[seed] = result
+        print(
+            f"sim_gap: bound {len(done)}/{len(seeds)}: seed {seed} online {result.bound_pct:.3f} % "
+            f"({result.seconds:.0f} s)",
+            file=sys.stderr,
+            flush=True,
+        )
+
     if workers <= 1:
-        return [_bound(s) for s in seeds]
-    with ProcessPoolExecutor(max_workers=workers) as pool:
-        return list(pool.map(_bound, seeds))
+        for seed in seeds:
+            report(seed, _bound(seed))
+    else:
+        with ProcessPoolExecutor(max_workers=workers) as pool:
+            futures = {pool.submit(_bound, seed): seed for seed in seeds}
+            for future in as_completed(futures):
+                report(futures[future], future.result())
+    return [done[seed] for seed in seeds]
 
 
 def _digest(*paths: Path) -> str:

@@ -19,10 +19,14 @@ from tests.integration.kubelet_double import KubeletDouble
 
 @pytest.fixture
 def plugin_dir() -> Iterator[Path]:
-    # unix socket paths must stay under 108 bytes, so not pytest's long tmp_path
-    path = Path(tempfile.mkdtemp(prefix="kg-", dir="/tmp"))
+    # unix socket paths must stay under 108 bytes, so not pytest's long tmp_path; tests put their
+    # other sockets and files beside it (``plugin_dir.parent / ...``), so it is one level down in a
+    # folder of its own, all of it removed afterwards
+    base = Path(tempfile.mkdtemp(prefix="kg-", dir="/tmp"))
+    path = base / "dp"
+    path.mkdir(mode=0o700)  # as mkdtemp makes it (and as kubelet's own device-plugins folder is)
     yield path
-    shutil.rmtree(path, ignore_errors=True)
+    shutil.rmtree(base, ignore_errors=True)
 
 
 @pytest.fixture
