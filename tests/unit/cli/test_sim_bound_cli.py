@@ -155,19 +155,37 @@ def test_node_level_bound_holds_each_node_to_its_cores(tmp_path: Path) -> None:
     assert "node-level" in table.stdout and "30.00" in table.stdout
 
 
-def test_second_pivot_tightens_the_online_bound_to_what_every_policy_reaches(tmp_path: Path) -> None:
-    # two 1-GPU nodes; seed 1's order is 300, 470, 810, 1000, 1000, 300, 1000, 300: the 470 and
-    # the 810 must both be placed on arrival, after which only a 300 fits (every greedy policy
-    # ends at 1,580 of 2,000 milli). The 810 alone as pivot lets the LP leave the 470 out (1,810)
+def bound_args(tmp_path: Path, *, gpus: int, milli: list[int], seed: int) -> list[str]:
+    """``kubegpu sim bound`` on ``gpus`` 1-GPU nodes and one 2-core 1-GPU pod per ``milli``, in the
+    order ``seed`` draws them without inflation."""
     nodes = tmp_path / "nodes.csv"
-    nodes.write_text("sn,cpu_milli,memory_mib,gpu,model\na,64000,262144,1,G2\nb,64000,262144,1,G2\n")
+    nodes.write_text(
+        "sn,cpu_milli,memory_mib,gpu,model\n" + "".join(f"n{k},64000,262144,1,G2\n" for k in range(gpus))
+    )
     pods = tmp_path / "pods.csv"
-    milli = [470, 810, 1000, 1000, 1000, 300, 300, 300]
     pods.write_text(
         "name,cpu_milli,memory_mib,num_gpu,gpu_milli\n"
         + "".join(f"p{i},2000,1024,1,{m}\n" for i, m in enumerate(milli))
     )
-    args = ["sim", "bound", "--nodes", str(nodes), "--pods", str(pods), "--seeds", "1", "--inflate", "0"]
+    return [
+        "sim",
+        "bound",
+        "--nodes",
+        str(nodes),
+        "--pods",
+        str(pods),
+        "--seeds",
+        str(seed),
+        "--inflate",
+        "0",
+    ]
+
+
+def test_second_pivot_tightens_the_online_bound_to_what_every_policy_reaches(tmp_path: Path) -> None:
+    # two 1-GPU nodes; seed 1's order is 300, 470, 810, 1000, 1000, 300, 1000, 300: the 470 and
+    # the 810 must both be placed on arrival, after which only a 300 fits (every greedy policy
+    # ends at 1,580 of 2,000 milli). The 810 alone as pivot lets the LP leave the 470 out (1,810)
+    args = bound_args(tmp_path, gpus=2, milli=[470, 810, 1000, 1000, 1000, 300, 300, 300], seed=1)
     one = json.loads(CliRunner().invoke(app, [*args, "--json", "--online"]).stdout)["bound"]["per_seed"][0]
     result = CliRunner().invoke(app, [*args, "--json", "--second-pivot"])  # implies --online
     assert result.exit_code == 0, result.output
@@ -185,17 +203,7 @@ def test_three_pivots_reach_what_every_policy_places(tmp_path: Path) -> None:
     # three 1-GPU nodes; seed 27's order is 810, 470, 650, 300, 1000, 1000, 300, 1000: the three
     # shares take a GPU each, a 300 joins the 470 and one the 650 (every policy: 2,530 of 3,000
     # milli). One pivot 93.667 %, two 86.0 %, three exact
-    nodes = tmp_path / "nodes.csv"
-    nodes.write_text(
-        "sn,cpu_milli,memory_mib,gpu,model\n" + "".join(f"{n},64000,262144,1,G2\n" for n in "abc")
-    )
-    pods = tmp_path / "pods.csv"
-    milli = [470, 810, 650, 1000, 1000, 1000, 300, 300]
-    pods.write_text(
-        "name,cpu_milli,memory_mib,num_gpu,gpu_milli\n"
-        + "".join(f"p{i},2000,1024,1,{m}\n" for i, m in enumerate(milli))
-    )
-    args = ["sim", "bound", "--nodes", str(nodes), "--pods", str(pods), "--seeds", "27", "--inflate", "0"]
+    args = bound_args(tmp_path, gpus=3, milli=[470, 810, 650, 1000, 1000, 1000, 300, 300], seed=27)
     two = json.loads(CliRunner().invoke(app, [*args, "--json", "--second-pivot"]).stdout)["bound"]
     assert two["per_seed"][0]["online_bound_pct"] == 86.0 and "third_pivot" not in two["per_seed"][0]
     result = CliRunner().invoke(app, [*args, "--json", "--pivots", "3"])  # implies --online
