@@ -155,9 +155,12 @@ def test_node_level_bound_holds_each_node_to_its_cores(tmp_path: Path) -> None:
     assert "node-level" in table.stdout and "30.00" in table.stdout
 
 
-def bound_args(tmp_path: Path, *, gpus: int, milli: list[int], seed: int) -> list[str]:
-    """``kubegpu sim bound`` on ``gpus`` 1-GPU nodes and one 2-core 1-GPU pod per ``milli``, in the
-    order ``seed`` draws them without inflation."""
+def bound_args(
+    tmp_path: Path, *, gpus: int, milli: list[int], seed: int, cpu: dict[int, int] | None = None
+) -> list[str]:
+    """``kubegpu sim bound`` on ``gpus`` 1-GPU nodes and one 1-GPU pod per ``milli`` (2 cores, or
+    ``cpu[milli]`` millicores), in the order ``seed`` draws them without inflation."""
+    cores = cpu or {}
     nodes = tmp_path / "nodes.csv"
     nodes.write_text(
         "sn,cpu_milli,memory_mib,gpu,model\n" + "".join(f"n{k},64000,262144,1,G2\n" for k in range(gpus))
@@ -165,7 +168,7 @@ def bound_args(tmp_path: Path, *, gpus: int, milli: list[int], seed: int) -> lis
     pods = tmp_path / "pods.csv"
     pods.write_text(
         "name,cpu_milli,memory_mib,num_gpu,gpu_milli\n"
-        + "".join(f"p{i},2000,1024,1,{m}\n" for i, m in enumerate(milli))
+        + "".join(f"p{i},{cores.get(m, 2000)},1024,1,{m}\n" for i, m in enumerate(milli))
     )
     return [
         "sim",
@@ -182,10 +185,13 @@ def bound_args(tmp_path: Path, *, gpus: int, milli: list[int], seed: int) -> lis
 
 
 def test_second_pivot_tightens_the_online_bound_to_what_every_policy_reaches(tmp_path: Path) -> None:
-    # two 1-GPU nodes; seed 1's order is 300, 470, 810, 1000, 1000, 300, 1000, 300: the 470 and
-    # the 810 must both be placed on arrival, after which only a 300 fits (every greedy policy
-    # ends at 1,580 of 2,000 milli). The 810 alone as pivot lets the LP leave the 470 out (1,810)
-    args = bound_args(tmp_path, gpus=2, milli=[470, 810, 1000, 1000, 1000, 300, 300, 300], seed=1)
+    # two 1-GPU nodes; seed 17's order is 810, 470, 1000, 1000, 300, 300, 1000: the 810 and the
+    # 470 must both be placed on arrival, after which only a 300 fits (every greedy policy ends at
+    # 1,580 of 2,000 milli). The 470 and the whole GPUs ask 3 cores, so the 470 may not fit where
+    # the 810 fits: the 810 alone as pivot lets the LP leave the 470 out (1,810)
+    args = bound_args(
+        tmp_path, gpus=2, milli=[470, 810, 1000, 1000, 1000, 300, 300], seed=17, cpu={470: 3000, 1000: 3000}
+    )
     one = json.loads(CliRunner().invoke(app, [*args, "--json", "--online"]).stdout)["bound"]["per_seed"][0]
     result = CliRunner().invoke(app, [*args, "--json", "--second-pivot"])  # implies --online
     assert result.exit_code == 0, result.output
@@ -196,24 +202,31 @@ def test_second_pivot_tightens_the_online_bound_to_what_every_policy_reaches(tmp
     assert row["joint_placed"] == [[1, 1], [1, 1]]  # one of each placed
     table = CliRunner().invoke(app, [*args, "--second-pivot"], env={"COLUMNS": "200"})
     assert table.exit_code == 0, table.output
-    assert "79.00" in table.stdout and "2c/1x810m + 2c/1x470m" in table.stdout
+    assert "79.00" in table.stdout and "2c/1x810m + 3c/1x470m" in table.stdout
 
 
 def test_three_pivots_reach_what_every_policy_places(tmp_path: Path) -> None:
     # three 1-GPU nodes; seed 27's order is 810, 470, 650, 300, 1000, 1000, 300, 1000: the three
     # shares take a GPU each, a 300 joins the 470 and one the 650 (every policy: 2,530 of 3,000
-    # milli). One pivot 93.667 %, two 86.0 %, three exact
-    args = bound_args(tmp_path, gpus=3, milli=[470, 810, 650, 1000, 1000, 1000, 300, 300], seed=27)
+    # milli). The 470 and the 650 ask more cores than the shares before them, so none forces
+    # another in (tests/unit/sim/test_online_bound.py). One pivot 93.667 %, two 86.0 %, three exact
+    args = bound_args(
+        tmp_path,
+        gpus=3,
+        milli=[470, 810, 650, 1000, 1000, 1000, 300, 300],
+        seed=27,
+        cpu={470: 3000, 650: 2500, 1000: 3000},
+    )
     two = json.loads(CliRunner().invoke(app, [*args, "--json", "--second-pivot"]).stdout)["bound"]
     assert two["per_seed"][0]["online_bound_pct"] == 86.0 and "third_pivot" not in two["per_seed"][0]
     result = CliRunner().invoke(app, [*args, "--json", "--pivots", "3"])  # implies --online
     assert result.exit_code == 0, result.output
     row = json.loads(result.stdout)["bound"]["per_seed"][0]
     assert row["online_bound_pct"] == 84.333
-    assert (row["second_pivot"], row["third_pivot"]) == ("2c/1x470m", "2c/1x650m")
+    assert (row["second_pivot"], row["third_pivot"]) == ("3c/1x470m", "2.5c/1x650m")
     assert row["joint_placed"] == [[1, 1], [1, 1], [1, 1]]
     table = CliRunner().invoke(app, [*args, "--pivots", "3"], env={"COLUMNS": "200"})
     assert table.exit_code == 0, table.output
-    assert "84.33" in table.stdout and "2c/1x810m + 2c/1x470m + 2c/1x650m" in table.stdout
+    assert "84.33" in table.stdout and "2c/1x810m + 3c/1x470m + 2.5c/1x650m" in table.stdout
     bad = CliRunner().invoke(app, [*args, "--pivots", "4"])
     assert bad.exit_code == 2 and "--pivots" in bad.output

@@ -13,6 +13,7 @@ from kubegpu.sim.bound import arrival_counts, bound_problem, solve_bound
 from kubegpu.sim.online_bound import (
     choose_pivot,
     dominates,
+    fits_wherever,
     joint_pivot_bound,
     online_bound,
     pivot_bound,
@@ -74,6 +75,52 @@ def test_dominating_shapes_are_those_that_fit_only_where_the_pivot_fits() -> Non
         False,
     ]
     assert not dominates(pivot, by_name["p3"])  # the pivot runs on G2, which p3 does not allow
+
+
+def test_shares_that_arrive_while_the_pivot_fits_are_placed() -> None:
+    # one node of two GPUs: a 300 arrives, then the 810 pivot, then two whole GPUs. Every policy
+    # puts the 300 and the 810 on different GPUs and refuses both whole ones: 1,110 milli. The
+    # pivot's caps alone let the LP leave the 300 out for a whole GPU (1,810); the 300 arrived
+    # before the placed pivot and fits wherever it fits, so the LP must place it too
+    milli = [300, 810, 1000, 1000]
+    wl = workload_of(
+        [("a", 64000, 1 << 18, 2, "G2")], [(f"p{i}", 2000, 1024, 1, m, "") for i, m in enumerate(milli)]
+    )
+    sequence = wl.pod_shape[np.arange(len(milli))]
+    shape = {wl.shape_requests[s].gpu_milli: s for s in set(sequence.tolist())}
+    reqs = wl.shape_requests
+    assert fits_wherever(reqs[shape[300]], reqs[shape[810]])
+    assert not fits_wherever(reqs[shape[1000]], reqs[shape[810]])
+    assert not fits_wherever(reqs[shape[810]], reqs[shape[300]])
+    value, low, high, _ = pivot_bound(wl, sequence, shape[810])
+    assert value == pytest.approx(1110, abs=1e-6)
+    assert (low, high) == (1, 1)
+    assert greedy(wl, np.arange(len(milli))) == 1110  # a real policy reaches it: exact
+
+
+def test_a_share_with_more_cpu_or_fewer_models_may_not_fit_where_the_pivot_fits() -> None:
+    wl = workload_of(
+        [("a", 16000, 1 << 16, 2, "T4"), ("b", 16000, 1 << 16, 2, "G2")],
+        [
+            ("p0", 2000, 2048, 1, 810, "T4"),  # the pivot: T4 only
+            ("p1", 1000, 1024, 1, 500, ""),  # less of everything, any model: fits wherever it does
+            ("p2", 3000, 1024, 1, 500, ""),  # more CPU
+            ("p3", 1000, 4096, 1, 500, ""),  # more memory
+            ("p4", 1000, 1024, 1, 500, "G2"),  # a model the pivot does not run on
+            ("p5", 1000, 1024, 1, 810, "T4"),  # the same milli and models, less CPU
+            ("c", 1000, 1024, 0, 0, ""),  # no GPU: not a share (the LP leaves CPU-only pods out)
+        ],
+    )
+    by_name = {wl.pod_names[i]: wl.shape_requests[int(wl.pod_shape[i])] for i in range(len(wl.pod_names))}
+    pivot = by_name["p0"]
+    assert [fits_wherever(by_name[p], pivot) for p in ("p1", "p2", "p3", "p4", "p5", "c")] == [
+        True,
+        False,
+        False,
+        False,
+        True,
+        False,
+    ]
 
 
 def test_the_pivot_is_the_largest_common_share() -> None:
@@ -138,13 +185,14 @@ def test_no_policy_that_places_every_fitting_pod_beats_it(
 
 def test_two_pivots_together_are_exact_where_each_alone_is_not() -> None:
     # two 1-GPU nodes; a 470 comes first, then an 810 (each must be placed: a GPU is free), then
-    # three whole GPUs (none fits), then 300s (one fits beside the 470): every policy ends at 1,580.
-    # The 810 alone as pivot lets the LP leave the 470 out (1,810), the 470 alone lets it leave the
-    # 810 out (1,770); together they are exact
-    milli = [470, 810, 1000, 1000, 1000, 300, 300, 300]
+    # three whole GPUs (none fits), then two 300s (one fits beside the 470): every policy ends at
+    # 1,580. The 470 asks more CPU than the 810 (the whole GPUs as much), so it may not fit
+    # wherever the 810 does: the 810 alone as pivot lets the LP leave the 470 out (1,810), the 470
+    # alone lets it leave the 810 out (1,770); together they are exact
+    milli = [470, 810, 1000, 1000, 1000, 300, 300]
     wl = workload_of(
         [("a", 64000, 1 << 18, 1, "G2"), ("b", 64000, 1 << 18, 1, "G2")],
-        [(f"p{i}", 2000, 1024, 1, m, "") for i, m in enumerate(milli)],
+        [(f"p{i}", 3000 if m in (470, 1000) else 2000, 1024, 1, m, "") for i, m in enumerate(milli)],
     )
     sequence = wl.pod_shape[np.arange(len(milli))]
     shape = {wl.shape_requests[s].gpu_milli: s for s in set(sequence.tolist())}
@@ -159,11 +207,15 @@ def test_two_pivots_together_are_exact_where_each_alone_is_not() -> None:
 
 
 def three_shares() -> Workload:
-    # three 1-GPU nodes: a 470, an 810 and a 650 (no two fit one GPU), three whole GPUs, two 300s
+    # three 1-GPU nodes: a 470, an 810 and a 650 (no two fit one GPU), three whole GPUs, two 300s;
+    # the 470 asks more CPU than the 650, the 650 more than the 810, so neither fits wherever the
+    # shares it follows fit (``fits_wherever``) and none of them forces another in; the whole GPUs
+    # ask the most, so they fit only where each share fits (``dominates``)
     milli = [470, 810, 650, 1000, 1000, 1000, 300, 300]
+    cpu = {470: 3000, 650: 2500, 1000: 3000}
     return workload_of(
         [(name, 64000, 1 << 18, 1, "G2") for name in "abc"],
-        [(f"p{i}", 2000, 1024, 1, m, "") for i, m in enumerate(milli)],
+        [(f"p{i}", cpu.get(m, 2000), 1024, 1, m, "") for i, m in enumerate(milli)],
     )
 
 
@@ -197,7 +249,7 @@ def test_online_bound_with_three_pivots_picks_the_two_lowest_pairs() -> None:
     bounds = [online_bound(wl, 27, inflate=0, pivots=k).bound_milli for k in (1, 2, 3)]
     assert bounds == pytest.approx([2810, 2580, 2530], abs=1e-6)
     three = online_bound(wl, 27, inflate=0, pivots=3)
-    assert (three.second_pivot, three.third_pivot) == ("2c/1x470m", "2c/1x650m")
+    assert (three.second_pivot, three.third_pivot) == ("3c/1x470m", "2.5c/1x650m")
     assert three.joint_placed == ((1, 1), (1, 1), (1, 1))
     for policy in Policy:
         assert replay(wl, policy, 27, inflate=0).allocated_milli[-1] == 2530, policy
@@ -212,8 +264,8 @@ def test_every_policy_stays_under_the_online_bound_of_its_own_arrivals() -> None
         joint = online_bound(wl, seed, inflate=1.3, pivots=2)
         three = online_bound(wl, seed, inflate=1.3, pivots=3)
         assert three.bound_milli <= joint.bound_milli + 1e-6 <= result.bound_milli + 2e-6
-        if seed == 1:  # its three 810-milli shapes (4.1, 3.4 and 4.8 cores) each tighten it
-            assert three.bound_milli < joint.bound_milli - 50 and three.third_pivot
+        if seed == 1:  # a second of its three 810-milli shapes (4.1, 3.4 and 4.8 cores) tightens it
+            assert joint.bound_milli < result.bound_milli - 50 and joint.second_pivot
         for policy in Policy:
             run = replay(wl, policy, seed, inflate=1.3)
             assert run.allocated_milli[-1] <= three.bound_milli + 1e-6, policy
