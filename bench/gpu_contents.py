@@ -6,10 +6,13 @@ This script prints that beside the final content of every GPU in one replay (the
 the configurations that differ most first, and when each stops accepting the pivot (the LP: after
 its last placed pivot; the replay: its first refusal). On openb's sharing-heavy variants the
 difference is mostly GPUs that hold one 810-milli pod and nothing else (docs/benchmarks.md, "The
-bound given a policy's CPU-only pods"). Without the trace it prints why and exits 0.
+bound given a policy's CPU-only pods"). With ``--timeline`` it also prints how the replay filled
+the cluster (``kubegpu.sim.idle.fill_timeline``): at every 5 % of the arrivals, the GPUs no pod has
+touched, the GPUs holding a single share, and the pods refused so far (docs/benchmarks.md, "Opening
+GPUs for the shares to come"). Without the trace it prints why and exits 0.
 
     python bench/gpu_contents.py [--data DIR] [--variant gpushare100] [--seed 42]
-        [--policy kubegpu-plan] [--top 12]
+        [--policy kubegpu-plan] [--top 12] [--timeline]
 """
 
 from __future__ import annotations
@@ -22,10 +25,11 @@ import numpy as np
 from openb import VARIANTS, default_data_dir, trace_missing, variant_workload
 
 from kubegpu.sim.bound import Column, bound_problem, configuration_use
+from kubegpu.sim.idle import fill_timeline
 from kubegpu.sim.online_bound import choose_pivot, online_bound, pivot_interval_lp
-from kubegpu.sim.replay import replay
+from kubegpu.sim.replay import SeedRun, replay
 from kubegpu.sim.scoring import MILLI, Policy
-from kubegpu.sim.workload import arrivals
+from kubegpu.sim.workload import Workload, arrivals
 
 
 def _label(content: tuple[int, ...]) -> str:
@@ -39,6 +43,7 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=42)
     ap.add_argument("--policy", default=Policy.KUBEGPU_PLAN.value)
     ap.add_argument("--top", type=int, default=12)
+    ap.add_argument("--timeline", action="store_true", help="also how the replay filled the cluster")
     args = ap.parse_args()
     if trace_missing(args.data, "gpu_contents"):
         return 0
@@ -110,7 +115,37 @@ def main() -> int:
         cost = 100.0 * (a - p) * (MILLI - sum(key)) / (total * MILLI)
         print(f"| {_label(key)} | {p:,.0f} | {a:,.0f} | {cost:+.2f} |")
     print(f"| idle milli, % of the cluster | {idle(planned):.2f} | {idle(actual):.2f} | |")
+    whole = (MILLI,)
+    print(
+        f"\nGPUs holding whole-GPU pods: {planned.get(whole, 0.0):,.0f} in the LP,"
+        f" {actual.get(whole, 0.0):,.0f} in the replay"
+    )
+    if args.timeline:
+        _print_timeline(workload, run)
     return 0
+
+
+def _print_timeline(workload: Workload, run: SeedRun) -> None:
+    def label(sid: int) -> str:
+        r = workload.shape_requests[sid]
+        cores = f"{r.cpu_milli / 1000:g}c"
+        if r.num_gpu == 0:
+            return f"CPU-only {cores}"
+        if r.num_gpu == 1 and r.gpu_milli < MILLI:
+            return f"{r.gpu_milli} m {cores}"
+        return f"{r.num_gpu} GPU {cores}"
+
+    print(f"\n{run.policy.value} as the arrivals come (refused: so far, the five most refused shapes)\n")
+    print("| arrived | untouched GPUs | GPUs holding one share (milli: GPUs) | refused so far |")
+    print("|---|---|---|---|")
+    for point in fill_timeline(workload, run):
+        lone = sorted(point.lone_shares.items(), key=lambda kv: -kv[1])[:5]
+        refused = sorted(point.refused.items(), key=lambda kv: -kv[1])[:5]
+        print(
+            f"| {100 * point.share_of_arrivals:.0f} % | {point.untouched_gpus:,} |"
+            f" {', '.join(f'{m}: {n}' for m, n in lone) or '-'} |"
+            f" {', '.join(f'{label(sid)}: {n}' for sid, n in refused) or '-'} |"
+        )
 
 
 if __name__ == "__main__":

@@ -29,7 +29,15 @@ from kubegpu.sim.replay import SeedRun
 from kubegpu.sim.scoring import MILLI, IntArray
 from kubegpu.sim.workload import Workload
 
-__all__ = ["ClassIdle", "FinalState", "final_state", "idle_by_class", "mean_by_class"]
+__all__ = [
+    "ClassIdle",
+    "FillPoint",
+    "FinalState",
+    "fill_timeline",
+    "final_state",
+    "idle_by_class",
+    "mean_by_class",
+]
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)
@@ -166,3 +174,54 @@ def mean_by_class(runs: Sequence[list[ClassIdle]]) -> list[ClassIdle]:
         )
         for i, c in enumerate(first)
     ]
+
+
+@dataclass(frozen=True, kw_only=True)
+class FillPoint:
+    """A replay after its first ``arrivals`` arrivals (``fill_timeline``)."""
+
+    arrivals: int
+    share_of_arrivals: float  # arrivals / all the replay's arrivals
+    untouched_gpus: int  # GPUs no pod has used yet
+    lone_shares: dict[int, int]  # share milli -> GPUs holding one share of it and nothing else
+    refused: dict[int, int]  # shape id -> its pods refused so far
+
+
+def fill_timeline(workload: Workload, run: SeedRun, points: int = 20) -> list[FillPoint]:
+    """``run`` at ``points`` evenly spaced points of its arrivals (the last one: the end)."""
+    if points < 1:
+        raise InputError(f"idle: the timeline needs at least one point (got {points})")
+    if len(run.gpus) != len(run.node) or len(run.shape) != len(run.node):
+        raise InputError("idle: the replay has no GPU indices per arrival (a run from an older kubegpu?)")
+    count = len(run.node)
+    marks = sorted({max(1, round(count * k / points)) for k in range(1, points + 1)} if count else set())
+    requests = workload.shape_requests
+    held: dict[tuple[int, int], list[int]] = {}  # (node row, GPU) -> milli of each pod on it
+    refused: dict[int, int] = {}
+    out: list[FillPoint] = []
+    step = 0
+    for mark in marks:
+        for node, gpus, sid in zip(
+            run.node[step:mark].tolist(), run.gpus[step:mark], run.shape[step:mark].tolist(), strict=True
+        ):
+            if node < 0:
+                refused[sid] = refused.get(sid, 0) + 1
+                continue
+            pod = requests[sid]
+            for gpu in gpus:
+                held.setdefault((node, gpu), []).append(pod.gpu_milli if pod.num_gpu == 1 else MILLI)
+        step = mark
+        lone: dict[int, int] = {}
+        for content in held.values():
+            if len(content) == 1 and content[0] < MILLI:
+                lone[content[0]] = lone.get(content[0], 0) + 1
+        out.append(
+            FillPoint(
+                arrivals=mark,
+                share_of_arrivals=mark / count,
+                untouched_gpus=workload.total_gpus - len(held),
+                lone_shares=lone,
+                refused=dict(refused),
+            )
+        )
+    return out

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from kubegpu.errors import InputError
-from kubegpu.sim.idle import final_state, idle_by_class, mean_by_class
+from kubegpu.sim.idle import fill_timeline, final_state, idle_by_class, mean_by_class
 from kubegpu.sim.replay import Order, SeedRun, TieMode, replay
 from kubegpu.sim.scoring import Policy
 from kubegpu.sim.workload import Workload, prepare
@@ -80,3 +80,35 @@ def test_a_real_replay_accounts_for_every_gpu_and_the_mean_of_equal_runs_is_the_
     assert sum(c.gpu_used_milli for c in classes) == int(run.allocated_milli[-1])
     assert sum(c.gpu_milli for c in classes) == workload.total_gpu_milli
     assert mean_by_class([classes, classes]) == classes
+
+
+def test_the_timeline_counts_untouched_gpus_lone_shares_and_refusals_as_the_arrivals_come() -> None:
+    # p0 (810) and p1 (500) each open a GPU; then p2 (500) opens n2's second GPU, a whole-GPU pod
+    # finds no room, and a second 500 joins p2: that GPU no longer holds a lone share
+    pods = [*PODS, ("p3", 1_000, 1, 1, 1000, ""), ("p4", 1_000, 1, 1, 500, "")]
+    workload = prepare(make_trace(NODES, pods))
+    run = _run(workload, [0, 1, 2, -1, 2], [(0,), (0,), (1,), (), (1,)])
+    early, late = fill_timeline(workload, run, points=2)
+    assert (early.arrivals, early.share_of_arrivals) == (2, 0.4)
+    assert early.untouched_gpus == 2  # n2's two GPUs
+    assert early.lone_shares == {810: 1, 500: 1}
+    assert early.refused == {}
+    assert (late.arrivals, late.share_of_arrivals) == (5, 1.0)
+    assert late.untouched_gpus == 1
+    assert late.lone_shares == {810: 1, 500: 1}
+    assert late.refused == {int(workload.pod_shape[3]): 1}
+    with pytest.raises(InputError, match="at least one point"):
+        fill_timeline(workload, run, points=0)
+
+
+def test_the_timeline_ends_where_the_replay_ends() -> None:
+    nodes = [(f"n{i}", 16_000 * (1 + i % 3), BIG, 4, "G") for i in range(6)]
+    pods = [(f"p{i:02d}", 1_000 * (1 + i % 7), 10, 1, 100 * (i % 9 + 1), "") for i in range(60)]
+    workload = prepare(make_trace(nodes, pods))
+    run = replay(workload, Policy.KUBEGPU_PLAN, 3, inflate=1.3)
+    points = fill_timeline(workload, run)
+    assert len(points) == 20
+    assert [p.untouched_gpus for p in points] == sorted((p.untouched_gpus for p in points), reverse=True)
+    end = final_state(workload, run)
+    assert points[-1].untouched_gpus == int((end.gpu_free_milli == 1000).sum())
+    assert sum(points[-1].refused.values()) == int((~run.placed).sum())
