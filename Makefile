@@ -20,8 +20,9 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(BIN)/kubegpu demo
 
-## The whole test command: helm (for the chart checks), everything in `check`, the e2e suite
-## (docs/testing.md), then the image's reproducibility check (docs/deploy.md). Three things overlap on
+## The whole test command: the Debian packages it needs (`rig-packages`), helm (for the chart checks),
+## everything in `check`, the e2e suite (docs/testing.md), then the image's reproducibility check
+## (docs/deploy.md). Three things overlap on
 ## the two cores: the rig's binaries build (niced, log in build/rig-build.log) while helm is built; the
 ## e2e suite starts as soon as the rig is built, and `check` as soon as helm is (log in build/check.log,
 ## its summary printed when it ends). Cold, `check` runs beside the Go build; warm, beside e2e. The
@@ -30,6 +31,7 @@ demo: $(STAMP)
 RIG_SESSION_TESTS := tests/integration/rig/test_e2e_session.py
 
 test:
+	$(MAKE) --no-print-directory rig-packages
 	$(MAKE) --no-print-directory -j3 test-parallel
 	$(MAKE) --no-print-directory image-reproducible
 
@@ -98,7 +100,13 @@ clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache
 
 ## End-to-end: a real single-node Kubernetes (tests/e2e/rig, docs/testing.md). Needs root.
-.PHONY: rig-build rig-up rig-down
+.PHONY: rig-packages rig-build rig-up rig-down
+## The Debian packages the rig, the image build and the tests need (runc, CNI plugins, busybox, ...),
+## installed with apt-get where missing. `make test` runs it first: on a fresh machine `check` runs
+## beside the rig build, and the simulated nvidia-smi's busybox tests need busybox then.
+rig-packages:
+	$(PY) -m tests.e2e.rig packages
+
 rig-build:
 	$(PY) -m tests.e2e.rig build
 

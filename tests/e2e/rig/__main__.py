@@ -1,4 +1,4 @@
-"""`python -m tests.e2e.rig {build,up,down,status,logs,restart-kubelet}` from the repository root."""
+"""`python -m tests.e2e.rig {packages,build,up,down,status,logs,restart-kubelet}` from the repository root."""
 
 import sys
 

@@ -71,6 +71,7 @@ TOOL_PACKAGES = {
     "/usr/bin/skopeo": "skopeo",  # pushes a docker-archive into that registry
 }
 POLICY_RC_D = Path("/usr/sbin/policy-rc.d")
+APPARMOR_ENABLED = Path("/sys/module/apparmor/parameters/enabled")  # "Y": containerd needs apparmor_parser
 
 
 # Seconds between two heartbeats of one kwok node (uniform in the range). The node-lifecycle
@@ -550,18 +551,24 @@ def preflight(paths: Paths, *, binaries: bool = True) -> list[str]:
     return problems
 
 
-def ensure_host(paths: Paths) -> None:
-    """Root, preconditions, Debian packages, kernel settings; installs missing packages with apt-get."""
-    problems = preflight(paths)
-    if problems:
-        raise RigError(
-            "the rig cannot start; nothing was started:\n" + "\n".join(f"  - {p}" for p in problems)
-        )
+def missing_packages() -> tuple[list[str], list[str]]:
+    """The Debian packages this host lacks: (REQUIRED_PACKAGES' and AppArmor's, TOOL_PACKAGES')."""
     missing = sorted({pkg for probe, pkg in REQUIRED_PACKAGES.items() if not Path(probe).exists()})
-    apparmor = Path("/sys/module/apparmor/parameters/enabled")
+    apparmor = APPARMOR_ENABLED
     if apparmor.exists() and apparmor.read_text().strip() == "Y" and not shutil.which("apparmor_parser"):
         missing.append("apparmor")
     tools = sorted({pkg for probe, pkg in TOOL_PACKAGES.items() if not Path(probe).exists()})
+    return missing, tools
+
+
+def ensure_packages() -> list[str]:
+    """Install the Debian packages this host lacks with apt-get (as root); returns what it installed.
+
+    Needed by the rig (runc, CNI plugins, openssl, iptables), the image build (mmdebstrap), the e2e
+    tests' own tools and the unit tests of the simulated nvidia-smi (busybox, the image's shell):
+    `make test` runs this first (`make rig-packages`), so that `check`, which runs beside the rig
+    build on a fresh machine, finds busybox too."""
+    missing, tools = missing_packages()
     env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
     if missing or tools:
         _run(["apt-get", "update", "-q"], env=env)
@@ -572,6 +579,17 @@ def ensure_host(paths: Paths) -> None:
         log(f"installing Debian packages (no recommends, services not started): {' '.join(tools)}")
         with _services_not_started():
             _run(["apt-get", "install", "-y", "-q", "--no-install-recommends", *tools], env=env)
+    return missing + tools
+
+
+def ensure_host(paths: Paths) -> None:
+    """Root, preconditions, Debian packages, kernel settings; installs missing packages with apt-get."""
+    problems = preflight(paths)
+    if problems:
+        raise RigError(
+            "the rig cannot start; nothing was started:\n" + "\n".join(f"  - {p}" for p in problems)
+        )
+    ensure_packages()
     for key, value in (("net/ipv4/ip_forward", "1"), ("net/bridge/bridge-nf-call-iptables", "1")):
         f = Path("/proc/sys", key)
         if f.exists():
@@ -1474,11 +1492,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     import argparse
 
     parser = argparse.ArgumentParser(prog="python -m tests.e2e.rig", description=__doc__.splitlines()[0])
-    parser.add_argument("command", choices=["build", "up", "down", "status", "logs", "restart-kubelet"])
+    parser.add_argument(
+        "command", choices=["packages", "build", "up", "down", "status", "logs", "restart-kubelet"]
+    )
     args = parser.parse_args(argv)
     rig = Rig()
     try:
-        if args.command == "build":
+        if args.command == "packages":
+            if os.geteuid() != 0:
+                raise RigError("installing the rig's Debian packages needs root: run it with sudo")
+            installed = ensure_packages()
+            log(f"packages: installed {' '.join(installed)}" if installed else "packages: all present")
+        elif args.command == "build":
             log(f"build: {build(rig.paths):.1f} s")
         elif args.command == "up":
             if not rig.is_up():
