@@ -71,11 +71,16 @@ def test_a_run_that_does_not_fit_the_cluster_is_refused() -> None:
         final_state(workload, _run(workload, [0, 0, 0], [(0,), (0,), (0,)]))  # 1810 milli on one GPU
 
 
-def test_a_real_replay_accounts_for_every_gpu_and_the_mean_of_equal_runs_is_the_run() -> None:
+def _real_replay() -> tuple[Workload, SeedRun]:
+    """kubegpu-plan on six 4-GPU nodes of three sizes and 60 shares of nine sizes, seed 3."""
     nodes = [(f"n{i}", 16_000 * (1 + i % 3), BIG, 4, "G") for i in range(6)]
     pods = [(f"p{i:02d}", 1_000 * (1 + i % 7), 10, 1, 100 * (i % 9 + 1), "") for i in range(60)]
     workload = prepare(make_trace(nodes, pods))
-    run = replay(workload, Policy.KUBEGPU_PLAN, 3, inflate=1.3)
+    return workload, replay(workload, Policy.KUBEGPU_PLAN, 3, inflate=1.3)
+
+
+def test_a_real_replay_accounts_for_every_gpu_and_the_mean_of_equal_runs_is_the_run() -> None:
+    workload, run = _real_replay()
     classes = idle_by_class(workload, run)
     assert sum(c.gpu_used_milli for c in classes) == int(run.allocated_milli[-1])
     assert sum(c.gpu_milli for c in classes) == workload.total_gpu_milli
@@ -102,10 +107,7 @@ def test_the_timeline_counts_untouched_gpus_lone_shares_and_refusals_as_the_arri
 
 
 def test_the_timeline_ends_where_the_replay_ends() -> None:
-    nodes = [(f"n{i}", 16_000 * (1 + i % 3), BIG, 4, "G") for i in range(6)]
-    pods = [(f"p{i:02d}", 1_000 * (1 + i % 7), 10, 1, 100 * (i % 9 + 1), "") for i in range(60)]
-    workload = prepare(make_trace(nodes, pods))
-    run = replay(workload, Policy.KUBEGPU_PLAN, 3, inflate=1.3)
+    workload, run = _real_replay()
     points = fill_timeline(workload, run)
     assert len(points) == 20
     assert [p.untouched_gpus for p in points] == sorted((p.untouched_gpus for p in points), reverse=True)
