@@ -26,7 +26,11 @@ def test_agent_serves_before_registering_and_advertises_every_gpu_healthy_with_n
     kubelet: KubeletDouble, start_agent
 ) -> None:
     agent = start_agent("--node-spec", "builtin:seed-8gpu")
-    assert kubelet.wait_for(lambda: kubelet.allocatable(GPU) == 8, 20), agent.log
+    # kubelet starts ListAndWatch before Register returns (as the double does): the devices can be
+    # in before the reply is, so wait for both
+    assert kubelet.wait_for(
+        lambda: kubelet.allocatable(GPU) == 8 and bool(kubelet.calls_named("Register.reply")), 20
+    ), agent.log
     register = kubelet.calls_named("Register")[0].request
     assert register.version == "v1beta1"
     assert register.resource_name == GPU
