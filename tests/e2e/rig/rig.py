@@ -554,8 +554,8 @@ def preflight(paths: Paths, *, binaries: bool = True) -> list[str]:
 def missing_packages() -> tuple[list[str], list[str]]:
     """The Debian packages this host lacks: (REQUIRED_PACKAGES' and AppArmor's, TOOL_PACKAGES')."""
     missing = sorted({pkg for probe, pkg in REQUIRED_PACKAGES.items() if not Path(probe).exists()})
-    apparmor = APPARMOR_ENABLED
-    if apparmor.exists() and apparmor.read_text().strip() == "Y" and not shutil.which("apparmor_parser"):
+    enabled = APPARMOR_ENABLED.exists() and APPARMOR_ENABLED.read_text().strip() == "Y"
+    if enabled and not shutil.which("apparmor_parser"):
         missing.append("apparmor")
     tools = sorted({pkg for probe, pkg in TOOL_PACKAGES.items() if not Path(probe).exists()})
     return missing, tools
