@@ -205,25 +205,44 @@ def _best_fit_gpu(free: list[int], milli: int) -> int:
 
 def _plan_scorer(kube: NodeScorer, pod: PodRequest, rows: NodeRows, frag: FragTable) -> NodeScorer:
     """kubegpu-plan's score of a row (``scoring.score_kubegpu_plan``) around kubegpu's (``kube``)."""
-    if not pod.shared:
-        return kube
     from kubegpu.sim.plan import (
         PLAN_BUCKET_MILLI,
         PLAN_CPU_PRICES,
+        PLAN_RESERVE_CORES,
+        PLAN_RESERVE_PENALTY,
+        PLAN_RESERVE_ROOM,
         PLAN_VALUE_UNIT,
         cpu_match_step,
+        room_change,
         value_plan_of,
     )
 
     plan = value_plan_of(frag.shapes())
-    if plan.flat:
+    if plan.flat or not (pod.shared or plan.cpu_match):
         return kube
+    free_of, cpu_of = rows.free, rows.cpu
+    pod_cpu = pod.cpu_milli
+
+    def slack(r: int, change: int) -> int:
+        """``plan.reserve_slack`` of row ``r``."""
+        rooms = sum(f for f in free_of[r] if PLAN_RESERVE_ROOM <= f < MILLI)
+        return cpu_of[r] - pod_cpu - PLAN_RESERVE_CORES * rooms + PLAN_RESERVE_CORES * change
+
+    if not pod.shared:
+
+        def score_held(r: int) -> tuple[float, int]:
+            base, hint = kube(r)
+            if base == NEG_INF or slack(r, 0) >= 0:
+                return base, hint
+            return base - PLAN_RESERVE_PENALTY, hint
+
+        return score_held
+
     table: list[list[int]] = plan.node_table.tolist()
     priced = list(zip(table, PLAN_CPU_PRICES, strict=True))
     milli = pod.gpu_milli
-    free_of, cpu_of = rows.free, rows.cpu
     unit = PLAN_BUCKET_MILLI * PLAN_VALUE_UNIT
-    match_cpu, pod_cpu = plan.cpu_match, pod.cpu_milli
+    match_cpu = plan.cpu_match
 
     def score_kubegpu_plan(r: int) -> tuple[float, int]:
         base, hint = kube(r)
@@ -252,7 +271,10 @@ def _plan_scorer(kube: NodeScorer, pod: PodRequest, rows: NodeRows, frag: FragTa
         gpu = hint if hint >= 0 and at_hint == best else first
         if match_cpu:
             match = cpu_match_step(cpu, sum(free), pod_cpu, milli)
-            return best * 1e6 + match * 1000.0 + base, gpu
+            score = best * 1e6 + match * 1000.0 + base
+            if gpu >= 0 and slack(r, room_change(free[gpu], milli)) < 0:
+                score -= PLAN_RESERVE_PENALTY
+            return score, gpu
         return best * 1000.0 + base, gpu
 
     return score_kubegpu_plan

@@ -36,6 +36,14 @@ gap is"); there, inside a bucket, a share first goes where the node's free cores
 closest to its own (``cpu_match_steps``): CPU-light shares to CPU-poor nodes, CPU-heavy ones to
 CPU-rich nodes, so that each node's cores last about as long as its GPUs.
 
+**Partner reserve** (``reserve_slack``): with the CPU match on, a GPU in use that still has room
+for a share (``PLAN_RESERVE_ROOM`` milli or more free) keeps ``PLAN_RESERVE_CORES`` cores per 1000
+free milli on its node for the share that will fill it. Every pod, of any kind, goes first to the
+nodes where it leaves those cores alone (a share that fills a room frees the room's cores, one that
+opens a GPU adds a room); where no node can, it goes where it fits, as before: the reserve never
+refuses a pod. It keeps the CPU-only pods and the other shares off the cores that the partly filled
+GPUs' partners need (docs/benchmarks.md, "A reserve of cores for the partners").
+
 Pure: numpy; the LP solver (highspy, through ``kubegpu.sim.bound``) is imported only when a plan is
 solved, so importing the policies needs none.
 """
@@ -62,10 +70,16 @@ __all__ = [
     "PLAN_GPUS",
     "PLAN_GRID",
     "PLAN_INFLATE",
+    "PLAN_RESERVE_CORES",
+    "PLAN_RESERVE_PENALTY",
+    "PLAN_RESERVE_ROOM",
     "PLAN_VALUE_UNIT",
     "ValuePlan",
     "cpu_match_step",
     "cpu_match_steps",
+    "reserve_slack",
+    "room_change",
+    "room_change_of",
     "value_plan",
     "value_plan_of",
 ]
@@ -82,6 +96,12 @@ PLAN_VALUE_UNIT = 1000  # node values in 1/1000 milli: integers, the same in eve
 PLAN_CPU_MATCH_SHARED = 0.7  # the CPU match is on when shares carry at least this share of GPU demand
 PLAN_CPU_MATCH_SCALE = 3.0  # match steps per unit of |ln(node's cores per idle milli / the pod's)|
 PLAN_CPU_MATCH_STEPS = 500  # the match runs from this (equal ratios) down to 0 (e^(500/3) apart)
+# the partner reserve (module docstring, "Partner reserve"), on where the CPU match is: each GPU in
+# use with at least PLAN_RESERVE_ROOM milli free keeps PLAN_RESERVE_CORES milli-cores per free milli
+# (16 cores per GPU's worth) on its node for the share that will fill it
+PLAN_RESERVE_ROOM = 200
+PLAN_RESERVE_CORES = 16
+PLAN_RESERVE_PENALTY = 1e11  # below every score a node that keeps its reserve can have
 # the ratio gaps at which the match drops one step, computed once so that every engine (the
 # vectorised scorer, the per-node scorer, the extender) compares against the same floats
 _MATCH_EDGES: tuple[float, ...] = tuple(
@@ -177,6 +197,39 @@ def cpu_match_steps(
         np.int64
     )
     return out
+
+
+def _rooms(free_milli: IntArray) -> IntArray:
+    """The free milli of every GPU in use that a share can still fill (0 elsewhere)."""
+    out: IntArray = np.where((free_milli < MILLI) & (free_milli >= PLAN_RESERVE_ROOM), free_milli, 0)
+    return out
+
+
+def reserve_slack(
+    free_milli: IntArray, cpu_left_milli: IntArray, cpu_milli: int, room_change: IntArray
+) -> IntArray:
+    """Per row: the node's free milli-cores after a pod of ``cpu_milli`` less the partner reserve
+    after it (module docstring, "Partner reserve"); ``room_change`` is how much the pod shrinks the
+    rooms of its GPU (``room_change_of``; 0 for a pod that takes no room). Negative: the pod would take
+    cores the reserve keeps."""
+    reserve = PLAN_RESERVE_CORES * _rooms(free_milli).sum(axis=1)
+    out: IntArray = cpu_left_milli - cpu_milli - reserve + PLAN_RESERVE_CORES * room_change
+    return out
+
+
+def room_change_of(free: IntArray, milli: int) -> IntArray:
+    """How much a share of ``milli`` on GPUs with ``free`` milli free shrinks their rooms."""
+    out: IntArray = _rooms(free) - _rooms(np.maximum(free - milli, 0))
+    return out
+
+
+def room_change(free: int, milli: int) -> int:
+    """``room_change_of`` for one GPU (the per-node scorer's)."""
+
+    def room(f: int) -> int:
+        return f if PLAN_RESERVE_ROOM <= f < MILLI else 0
+
+    return room(free) - room(max(free - milli, 0))
 
 
 def _pivot(size: IntArray, demand: FloatArray, cpu: IntArray) -> int:

@@ -687,34 +687,53 @@ def score_kubegpu_plan(nodes: NodeArrays, pod: PodRequest, shapes: TypicalShapes
     1000 + kubegpu's score (0-100), so the bucket decides and kubegpu's score breaks ties; the share
     takes kubegpu's GPU when that GPU is in the node's best bucket, else the first GPU that is.
     With the plan's CPU match on (sharing-heavy workloads, ``ValuePlan.cpu_match``) the node's
-    ``cpu_match_steps`` (0-500) comes between the two: bucket x 10^6 + match x 1000 + kubegpu's.
-    Every other pod, and every pod when the plan is flat, is scored exactly as by ``kubegpu``.
+    ``cpu_match_steps`` (0-500) comes between the two: bucket x 10^6 + match x 1000 + kubegpu's,
+    and for every pod, a node where it would take the cores of the plan's partner reserve
+    (``plan.reserve_slack`` below 0) ranks below every node where it would not
+    (``PLAN_RESERVE_PENALTY`` less). Without the match every other pod, and every pod when the plan
+    is flat, is scored exactly as by ``kubegpu``.
     """
     base = score_kubegpu(nodes, pod, shapes)
-    if not pod.shared:
-        return base
-    from kubegpu.sim.plan import cpu_match_steps, value_plan_of  # here: the plan imports this module
+    from kubegpu.sim.plan import (  # here: the plan imports this module
+        PLAN_RESERVE_PENALTY,
+        cpu_match_steps,
+        reserve_slack,
+        room_change_of,
+        value_plan_of,
+    )
 
     plan = value_plan_of(shapes)
     if plan.flat:
         return base
+    ok = np.isfinite(base.score)
+    if not pod.shared:
+        if not plan.cpu_match:
+            return base
+        slack = reserve_slack(
+            nodes.gpu_free_milli, nodes.cpu_left_milli, pod.cpu_milli, np.zeros(len(ok), np.int64)
+        )
+        return Scores(
+            score=np.where(ok & (slack < 0), base.score - PLAN_RESERVE_PENALTY, base.score), gpu=base.gpu
+        )
     bucket = plan.buckets(nodes.gpu_free_milli, nodes.cpu_left_milli, pod.gpu_milli, pod.cpu_milli)
     best = bucket.max(axis=1) if bucket.shape[1] else np.full(len(base.score), -np.inf)
     hint = base.gpu
     hinted = np.where(hint >= 0, bucket[np.arange(len(hint)), np.maximum(hint, 0)], -np.inf)
     gpu = np.where(hinted == best, hint, bucket.argmax(axis=1) if bucket.shape[1] else -1)
-    ok = np.isfinite(base.score)
+    gpu = np.where(ok, gpu, base.gpu).astype(np.int64)
     if plan.cpu_match:
         match = cpu_match_steps(
             nodes.cpu_left_milli, nodes.gpu_free_milli.sum(axis=1), pod.cpu_milli, pod.gpu_milli
         )
         score = best * 1e6 + match * 1000.0 + base.score
+        if gpu.size and nodes.gpu_free_milli.shape[1]:
+            free = np.take_along_axis(nodes.gpu_free_milli, np.maximum(gpu, 0)[:, None], axis=1)[:, 0]
+            change = np.where(gpu >= 0, room_change_of(free, pod.gpu_milli), 0)
+            slack = reserve_slack(nodes.gpu_free_milli, nodes.cpu_left_milli, pod.cpu_milli, change)
+            score = np.where(slack < 0, score - PLAN_RESERVE_PENALTY, score)
     else:
         score = best * 1000.0 + base.score
-    return Scores(
-        score=np.where(ok, score, -np.inf),
-        gpu=np.where(ok, gpu, base.gpu).astype(np.int64),
-    )
+    return Scores(score=np.where(ok, score, -np.inf), gpu=gpu)
 
 
 SCORERS: dict[Policy, Callable[[NodeArrays, PodRequest, TypicalShapes], Scores]] = {

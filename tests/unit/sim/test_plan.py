@@ -12,6 +12,7 @@ from kubegpu.sim.plan import (
     PLAN_CPU_MATCH_SCALE,
     PLAN_CPU_MATCH_STEPS,
     PLAN_CPU_PRICES,
+    PLAN_RESERVE_PENALTY,
     PLAN_VALUE_UNIT,
     ValuePlan,
     cpu_match_step,
@@ -169,10 +170,15 @@ def test_a_share_goes_to_the_gpu_that_loses_the_least_value_to_go_and_only_then_
     assert plan.cpu_match is sharing
     nodes = _nodes(rng, shapes)
     for pod in _pods(rng):
-        if not pod.shared:
-            continue
         got = score_nodes(Policy.KUBEGPU_PLAN, nodes, pod, shapes)
         base = score_nodes(Policy.KUBEGPU, nodes, pod, shapes)
+        if not pod.shared:
+            # whole-GPU and CPU-only pods: kubegpu's score, held to the partner reserve with the match
+            for r in range(len(base.score)):
+                held = sharing and _reserve_slack(nodes, r, pod, -1) < 0 and np.isfinite(base.score[r])
+                assert got.score[r] == base.score[r] - (PLAN_RESERVE_PENALTY if held else 0.0)
+            assert got.gpu.tolist() == base.gpu.tolist()
+            continue
         match = cpu_match_steps(
             nodes.cpu_left_milli, nodes.gpu_free_milli.sum(axis=1), pod.cpu_milli, pod.gpu_milli
         )
@@ -182,16 +188,90 @@ def test_a_share_goes_to_the_gpu_that_loses_the_least_value_to_go_and_only_then_
             free = nodes.gpu_free_milli[r].tolist()
             cpu = int(nodes.cpu_left_milli[r])
             best = _best_bucket(plan, free, cpu, pod)
+            g = int(got.gpu[r])
             if sharing:
-                assert got.score[r] == best * 1e6 + match[r] * 1000 + base.score[r]
+                held = _reserve_slack(nodes, r, pod, g) < 0
+                want = best * 1e6 + match[r] * 1000 + base.score[r]
+                assert got.score[r] == (want - PLAN_RESERVE_PENALTY if held else want)
             else:
                 assert got.score[r] == best * 1000 + base.score[r]
-            g = int(got.gpu[r])
             assert free[g] >= pod.gpu_milli
             assert _loss_bucket(plan, free, cpu, g, pod) == best
             hint = int(base.gpu[r])
             if hint >= 0 and free[hint] >= pod.gpu_milli and _loss_bucket(plan, free, cpu, hint, pod) == best:
                 assert g == hint  # kubegpu's own GPU whenever it is in the best bucket
+
+
+def _reserve_slack(nodes: NodeArrays, r: int, pod: PodRequest, g: int) -> int:
+    """The partner reserve by hand: 16 milli-cores per free milli of each GPU in use with 200 or
+    more free, the pod's own GPU (``g``, -1 for none) counted after it."""
+    free = nodes.gpu_free_milli[r].tolist()
+    if g >= 0:
+        free[g] -= pod.gpu_milli
+    rooms = sum(f for f in free if 200 <= f < MILLI)
+    return int(nodes.cpu_left_milli[r]) - pod.cpu_milli - 16 * rooms
+
+
+def _pair_of_nodes(shapes: TypicalShapes, free: list[list[int]], cpu_left: list[int]) -> NodeArrays:
+    """Two nodes of two GPUs of model 0, with the given free milli and milli-cores."""
+    gpu_free = np.array(free, dtype=np.int64)
+    cpu = np.array(cpu_left, dtype=np.int64)
+    model = np.zeros(2, dtype=np.int64)
+    return NodeArrays(
+        cpu_left_milli=cpu,
+        memory_left_mib=np.full(2, 4096, dtype=np.int64),
+        gpu_free_milli=gpu_free,
+        gpu_count=np.full(2, 2, dtype=np.int64),
+        model_index=model,
+        class_counts=np.zeros((2, N_CLASSES), dtype=np.int64),
+        frag_milli=fragmentation(gpu_free, cpu, model, shapes),
+    )
+
+
+def _request(cpu_milli: int, num_gpu: int = 0, gpu_milli: int = 0) -> PodRequest:
+    return PodRequest(
+        cpu_milli=cpu_milli,
+        memory_mib=0,
+        num_gpu=num_gpu,
+        gpu_milli=gpu_milli,
+        model_ok=np.ones(MODELS, dtype=bool),
+    )
+
+
+def test_the_partner_reserve_keeps_a_rooms_cores_from_other_pods_but_never_refuses_one() -> None:
+    shapes = sharing_shapes(np.random.default_rng(0))
+    assert value_plan_of(shapes).cpu_match
+    # node 0 has a GPU with 530 milli free beside a share: 16 x 530 = 8.48 of its 12 cores are kept
+    # for the share that fills it, so a 4-core pod leaves node 0 alone while node 1 takes it
+    nodes = _pair_of_nodes(shapes, [[530, MILLI], [MILLI, MILLI]], [12_000, 12_000])
+    for pod in (_request(4000), _request(4000, 1, MILLI)):
+        got = score_nodes(Policy.KUBEGPU_PLAN, nodes, pod, shapes).score
+        plain = score_nodes(Policy.KUBEGPU, nodes, pod, shapes).score
+        assert got[0] == plain[0] - PLAN_RESERVE_PENALTY and got[1] == plain[1]
+        assert int(np.argmax(got)) == 1
+    # a 3-core pod leaves 9 cores, the 8.48 kept among them: node 0 is as kubegpu scores it
+    assert (
+        score_nodes(Policy.KUBEGPU_PLAN, nodes, _request(3000), shapes).score[0]
+        == (score_nodes(Policy.KUBEGPU, nodes, _request(3000), shapes).score[0])
+    )
+    # an 8-core 470 that fills the room frees the cores kept for it; opening node 1's GPU would
+    # leave a room of its own, 8.48 cores that node 1 no longer has after the share's 8
+    got = score_nodes(Policy.KUBEGPU_PLAN, nodes, _request(8000, 1, 470), shapes)
+    assert int(got.gpu[0]) == 0 and got.score[0] > -PLAN_RESERVE_PENALTY / 2
+    assert got.score[1] < -PLAN_RESERVE_PENALTY / 2 and int(np.argmax(got.score)) == 0
+    # where every node would have to give up kept cores, the pod is placed all the same
+    full = _pair_of_nodes(shapes, [[530, 530], [530, MILLI]], [12_000, 12_000])
+    got = score_nodes(Policy.KUBEGPU_PLAN, full, _request(4000), shapes).score
+    assert np.isfinite(got).all() and (got < -PLAN_RESERVE_PENALTY / 2).all()
+
+
+def test_the_partner_reserve_is_off_where_shares_carry_little_of_the_gpu_demand() -> None:
+    shapes = _workload({(1, 810): 100, (1, 470): 100, (1, 1000): 300})
+    assert not value_plan_of(shapes).cpu_match
+    nodes = _pair_of_nodes(shapes, [[530, MILLI], [MILLI, MILLI]], [12_000, 12_000])
+    for pod in (_request(4000), _request(4000, 1, MILLI)):
+        got = score_nodes(Policy.KUBEGPU_PLAN, nodes, pod, shapes).score
+        assert got.tolist() == score_nodes(Policy.KUBEGPU, nodes, pod, shapes).score.tolist()
 
 
 def test_the_cpu_match_is_on_only_where_shares_carry_most_of_the_gpu_demand() -> None:
