@@ -41,8 +41,8 @@ for a share (``PLAN_RESERVE_ROOM`` milli or more free) keeps ``PLAN_RESERVE_CORE
 free milli on its node for the share that will fill it. Every pod, of any kind, goes first to the
 nodes where it leaves those cores alone (a share that fills a room frees the room's cores, one that
 opens a GPU adds a room); where no node can, it goes where it fits, as before: the reserve never
-refuses a pod. It keeps the CPU-only pods and the other shares off the cores that the partly filled
-GPUs' partners need (docs/benchmarks.md, "A reserve of cores for the partners").
+refuses a pod. Aimed at partners that find no cores left; measured, it places more pivots and
+whole-GPU pods rather than more partners (docs/benchmarks.md, "A reserve of cores for the partners").
 
 Pure: numpy; the LP solver (highspy, through ``kubegpu.sim.bound``) is imported only when a plan is
 solved, so importing the policies needs none.
