@@ -210,9 +210,9 @@ def _plan_scorer(kube: NodeScorer, pod: PodRequest, rows: NodeRows, frag: FragTa
         PLAN_CPU_PRICES,
         PLAN_RESERVE_CORES,
         PLAN_RESERVE_PENALTY,
-        PLAN_RESERVE_ROOM,
         PLAN_VALUE_UNIT,
         cpu_match_step,
+        room,
         room_change,
         value_plan_of,
     )
@@ -225,7 +225,7 @@ def _plan_scorer(kube: NodeScorer, pod: PodRequest, rows: NodeRows, frag: FragTa
 
     def slack(r: int, change: int) -> int:
         """``plan.reserve_slack`` of row ``r``."""
-        rooms = sum(f for f in free_of[r] if PLAN_RESERVE_ROOM <= f < MILLI)
+        rooms = sum(room(f) for f in free_of[r])
         return cpu_of[r] - pod_cpu - PLAN_RESERVE_CORES * rooms + PLAN_RESERVE_CORES * change
 
     if not pod.shared:

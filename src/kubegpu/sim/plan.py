@@ -78,6 +78,7 @@ __all__ = [
     "cpu_match_step",
     "cpu_match_steps",
     "reserve_slack",
+    "room",
     "room_change",
     "room_change_of",
     "value_plan",
@@ -223,12 +224,13 @@ def room_change_of(free: IntArray, milli: int) -> IntArray:
     return out
 
 
+def room(free: int) -> int:
+    """``_rooms`` for one GPU (the per-node scorer's): its free milli if a share can still fill it."""
+    return free if PLAN_RESERVE_ROOM <= free < MILLI else 0
+
+
 def room_change(free: int, milli: int) -> int:
     """``room_change_of`` for one GPU (the per-node scorer's)."""
-
-    def room(f: int) -> int:
-        return f if PLAN_RESERVE_ROOM <= f < MILLI else 0
-
     return room(free) - room(max(free - milli, 0))
 
 
