@@ -218,7 +218,7 @@ def _plan_scorer(kube: NodeScorer, pod: PodRequest, rows: NodeRows, frag: FragTa
     )
 
     plan = value_plan_of(frag.shapes())
-    if plan.flat or not (pod.shared or plan.cpu_match):
+    if plan.flat or not (pod.shared or plan.reserve):
         return kube
     free_of, cpu_of = rows.free, rows.cpu
     pod_cpu = pod.cpu_milli
@@ -242,7 +242,7 @@ def _plan_scorer(kube: NodeScorer, pod: PodRequest, rows: NodeRows, frag: FragTa
     priced = list(zip(table, PLAN_CPU_PRICES, strict=True))
     milli = pod.gpu_milli
     unit = PLAN_BUCKET_MILLI * PLAN_VALUE_UNIT
-    match_cpu = plan.cpu_match
+    match_cpu, held = plan.cpu_match, plan.reserve
 
     def score_kubegpu_plan(r: int) -> tuple[float, int]:
         base, hint = kube(r)
@@ -270,12 +270,12 @@ def _plan_scorer(kube: NodeScorer, pod: PodRequest, rows: NodeRows, frag: FragTa
                     at_hint = b
         gpu = hint if hint >= 0 and at_hint == best else first
         if match_cpu:
-            match = cpu_match_step(cpu, sum(free), pod_cpu, milli)
-            score = best * 1e6 + match * 1000.0 + base
-            if gpu >= 0 and slack(r, room_change(free[gpu], milli)) < 0:
-                score -= PLAN_RESERVE_PENALTY
-            return score, gpu
-        return best * 1000.0 + base, gpu
+            score = best * 1e6 + cpu_match_step(cpu, sum(free), pod_cpu, milli) * 1000.0 + base
+        else:
+            score = best * 1000.0 + base
+        if held and gpu >= 0 and slack(r, room_change(free[gpu], milli)) < 0:
+            score -= PLAN_RESERVE_PENALTY
+        return score, gpu
 
     return score_kubegpu_plan
 

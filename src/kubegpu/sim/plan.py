@@ -36,7 +36,8 @@ gap is"); there, inside a bucket, a share first goes where the node's free cores
 closest to its own (``cpu_match_steps``): CPU-light shares to CPU-poor nodes, CPU-heavy ones to
 CPU-rich nodes, so that each node's cores last about as long as its GPUs.
 
-**Partner reserve** (``reserve_slack``): with the CPU match on, a GPU in use that still has room
+**Partner reserve** (``ValuePlan.reserve``, ``reserve_slack``): where shares carry at least
+``PLAN_RESERVE_SHARED`` of the GPU demand (with or without the CPU match), a GPU in use that still has room
 for a share (``PLAN_RESERVE_ROOM`` milli or more free) keeps ``PLAN_RESERVE_CORES`` cores per 1000
 free milli on its node for the share that will fill it. Every pod, of any kind, goes first to the
 nodes where it leaves those cores alone (a share that fills a room frees the room's cores, one that
@@ -101,6 +102,7 @@ PLAN_CPU_MATCH_STEPS = 500  # the match runs from this (equal ratios) down to 0 
 # use with at least PLAN_RESERVE_ROOM milli free keeps PLAN_RESERVE_CORES milli-cores per free milli
 # (16 cores per GPU's worth) on its node for the share that will fill it
 PLAN_RESERVE_ROOM = 200
+PLAN_RESERVE_SHARED = 0.5  # the reserve is on when shares carry at least this share of the GPU demand
 PLAN_RESERVE_CORES = 16
 PLAN_RESERVE_PENALTY = 1e11  # below every score a node that keeps its reserve can have
 # the ratio gaps at which the match drops one step, computed once so that every engine (the
@@ -130,6 +132,7 @@ class ValuePlan:
     plan_pct: float = 0.0  # the plan's allocation, % of the capacity
     seconds: float = 0.0
     cpu_match: bool = False  # rank a bucket's nodes by cpu_match_steps first (module docstring, "CPU match")
+    reserve: bool = False  # hold every pod to the partner reserve (module docstring, "Partner reserve")
 
     @property
     def flat(self) -> bool:
@@ -137,7 +140,7 @@ class ValuePlan:
         return not bool(self.value.any())
 
     def summary(self) -> str:
-        """One line for an operator: the pivot and whether the CPU match is on."""
+        """One line for an operator: the pivot and whether the CPU match and the partner reserve are on."""
         if self.flat:
             return "flat (no shares to place by value-to-go)"
         pivot = (
@@ -145,7 +148,8 @@ class ValuePlan:
             if self.pivot_milli
             else "no pivot"
         )
-        return f"{pivot}, CPU match {'on' if self.cpu_match else 'off'}"
+        on = {True: "on", False: "off"}
+        return f"{pivot}, CPU match {on[self.cpu_match]}, partner reserve {on[self.reserve]}"
 
     def node_values(self, free_milli: IntArray, cpu_left_milli: IntArray) -> IntArray:
         """``V(F, C)`` per row (module docstring, 4.): rows of free milli per GPU, free milli-cores."""
@@ -322,6 +326,7 @@ def value_plan(shapes: TypicalShapes) -> ValuePlan:
         value=value,
         node_table=node_table,
         cpu_match=bool(demand[shares].sum() >= PLAN_CPU_MATCH_SHARED * demand.sum()),
+        reserve=bool(demand[shares].sum() >= PLAN_RESERVE_SHARED * demand.sum()),
         prices=dict(sorted(prices.items())),
         pivot_milli=int(size[pivot]) if pivot >= 0 else 0,
         pivot_placed=placed,

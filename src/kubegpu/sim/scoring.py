@@ -688,10 +688,11 @@ def score_kubegpu_plan(nodes: NodeArrays, pod: PodRequest, shapes: TypicalShapes
     takes kubegpu's GPU when that GPU is in the node's best bucket, else the first GPU that is.
     With the plan's CPU match on (sharing-heavy workloads, ``ValuePlan.cpu_match``) the node's
     ``cpu_match_steps`` (0-500) comes between the two: bucket x 10^6 + match x 1000 + kubegpu's,
-    and for every pod, a node where it would take the cores of the plan's partner reserve
+    and with the plan's partner reserve on (``ValuePlan.reserve``, half the GPU demand in shares or
+    more), for every pod, a node where it would take the cores of the reserve
     (``plan.reserve_slack`` below 0) ranks below every node where it would not
-    (``PLAN_RESERVE_PENALTY`` less). Without the match every other pod, and every pod when the plan
-    is flat, is scored exactly as by ``kubegpu``.
+    (``PLAN_RESERVE_PENALTY`` less). Without the reserve every other pod, and every pod when the
+    plan is flat, is scored exactly as by ``kubegpu``.
     """
     base = score_kubegpu(nodes, pod, shapes)
     from kubegpu.sim.plan import (  # here: the plan imports this module
@@ -707,7 +708,7 @@ def score_kubegpu_plan(nodes: NodeArrays, pod: PodRequest, shapes: TypicalShapes
         return base
     ok = np.isfinite(base.score)
     if not pod.shared:
-        if not plan.cpu_match:
+        if not plan.reserve:
             return base
         slack = reserve_slack(
             nodes.gpu_free_milli, nodes.cpu_left_milli, pod.cpu_milli, np.zeros(len(ok), np.int64)
@@ -726,13 +727,13 @@ def score_kubegpu_plan(nodes: NodeArrays, pod: PodRequest, shapes: TypicalShapes
             nodes.cpu_left_milli, nodes.gpu_free_milli.sum(axis=1), pod.cpu_milli, pod.gpu_milli
         )
         score = best * 1e6 + match * 1000.0 + base.score
-        if gpu.size and nodes.gpu_free_milli.shape[1]:
-            free = np.take_along_axis(nodes.gpu_free_milli, np.maximum(gpu, 0)[:, None], axis=1)[:, 0]
-            change = np.where(gpu >= 0, room_change_of(free, pod.gpu_milli), 0)
-            slack = reserve_slack(nodes.gpu_free_milli, nodes.cpu_left_milli, pod.cpu_milli, change)
-            score = np.where(slack < 0, score - PLAN_RESERVE_PENALTY, score)
     else:
         score = best * 1000.0 + base.score
+    if plan.reserve and gpu.size and nodes.gpu_free_milli.shape[1]:
+        free = np.take_along_axis(nodes.gpu_free_milli, np.maximum(gpu, 0)[:, None], axis=1)[:, 0]
+        change = np.where(gpu >= 0, room_change_of(free, pod.gpu_milli), 0)
+        slack = reserve_slack(nodes.gpu_free_milli, nodes.cpu_left_milli, pod.cpu_milli, change)
+        score = np.where(slack < 0, score - PLAN_RESERVE_PENALTY, score)
     return Scores(score=np.where(ok, score, -np.inf), gpu=gpu)
 
 

@@ -159,6 +159,36 @@ def sharing_shapes(rng: np.random.Generator) -> TypicalShapes:
     return typical_shapes(shapes, counts, n_models=MODELS)
 
 
+def half_sharing_shapes(rng: np.random.Generator) -> TypicalShapes:
+    """``sharing_shapes`` with whole GPUs added until shares carry 60 % of the GPU demand: between
+    ``PLAN_RESERVE_SHARED`` and ``PLAN_CPU_MATCH_SHARED``, so kubegpu-plan's partner reserve is on
+    without its CPU match."""
+    shapes, counts = [], []
+    for i in range(30):
+        num = int(rng.choice([0, 0, 1, 1, 1, 1, 1, 1, 1, 1]))
+        milli = int(rng.choice((810, 470, 320, 650, 230, 50))) if num else 0
+        cpu = int(rng.choice([0, 1000, 3152, 4000, 8000, 11908, 32000]))
+        shapes.append((cpu, milli, num, np.ones(MODELS, dtype=bool), f"s{i}"))
+        counts.append(int(rng.integers(1, 500)))
+    shared = sum(c * s[1] for s, c in zip(shapes, counts, strict=True) if s[2])
+    for cpu, whole in ((4000, 0.4), (16000, 0.6)):  # whole GPUs: 40 % of the demand in two shapes
+        shapes.append((cpu, MILLI, 1, np.ones(MODELS, dtype=bool), f"whole-{cpu}"))
+        counts.append(round(shared * 2 / 3 * whole / MILLI))
+    return typical_shapes(shapes, counts, n_models=MODELS)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_kubegpu_plan_per_node_scores_equal_the_vectorised_ones_with_only_its_reserve_on(seed: int) -> None:
+    from kubegpu.sim.plan import value_plan_of
+
+    rng = np.random.default_rng(seed)
+    shapes = half_sharing_shapes(rng)
+    plan = value_plan_of(shapes)
+    assert plan.reserve and not plan.cpu_match
+    nodes = _nodes(rng, shapes)
+    assert_per_node_equals_vectorised(Policy.KUBEGPU_PLAN, shapes, nodes, _pods(rng))
+
+
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_kubegpu_plan_per_node_scores_equal_the_vectorised_ones_with_its_cpu_match_on(seed: int) -> None:
     from kubegpu.sim.plan import value_plan_of

@@ -31,7 +31,7 @@ from kubegpu.sim.scoring import (
     score_nodes,
     typical_shapes,
 )
-from tests.unit.sim.test_nodescore import MODELS, _nodes, _pods, _shapes, sharing_shapes
+from tests.unit.sim.test_nodescore import MODELS, _nodes, _pods, _shapes, half_sharing_shapes, sharing_shapes
 
 
 def _workload(pods: dict[tuple[int, int], int]) -> TypicalShapes:
@@ -157,25 +157,27 @@ def test_the_plan_is_solved_once_per_workload() -> None:
     assert value_plan_of(shapes) is value_plan_of(shapes)
 
 
-@pytest.mark.parametrize("sharing", [False, True])
+@pytest.mark.parametrize("sharing", ["little", "half", "most"])
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_a_share_goes_to_the_gpu_that_loses_the_least_value_to_go_and_only_then_by_kubegpus_score(
-    seed: int, sharing: bool
+    seed: int, sharing: str
 ) -> None:
-    # with the CPU match (sharing-heavy workloads) the node's match comes between the two
+    # with the CPU match (shares carry most of the GPU demand) the node's match comes between the
+    # two; with the partner reserve (half of it or more) every pod is held to it
     rng = np.random.default_rng(seed)
-    shapes = sharing_shapes(rng) if sharing else _shapes(rng)
+    shapes = {"little": _shapes, "half": half_sharing_shapes, "most": sharing_shapes}[sharing](rng)
     plan = value_plan_of(shapes)
     assert not plan.flat
-    assert plan.cpu_match is sharing
+    assert plan.cpu_match is (sharing == "most")
+    assert plan.reserve is (sharing != "little")
     nodes = _nodes(rng, shapes)
     for pod in _pods(rng):
         got = score_nodes(Policy.KUBEGPU_PLAN, nodes, pod, shapes)
         base = score_nodes(Policy.KUBEGPU, nodes, pod, shapes)
         if not pod.shared:
-            # whole-GPU and CPU-only pods: kubegpu's score, held to the partner reserve with the match
+            # whole-GPU and CPU-only pods: kubegpu's score, held to the partner reserve where it is on
             for r in range(len(base.score)):
-                held = sharing and _reserve_slack(nodes, r, pod, -1) < 0 and np.isfinite(base.score[r])
+                held = plan.reserve and _reserve_slack(nodes, r, pod, -1) < 0 and np.isfinite(base.score[r])
                 assert got.score[r] == base.score[r] - (PLAN_RESERVE_PENALTY if held else 0.0)
             assert got.gpu.tolist() == base.gpu.tolist()
             continue
@@ -189,12 +191,12 @@ def test_a_share_goes_to_the_gpu_that_loses_the_least_value_to_go_and_only_then_
             cpu = int(nodes.cpu_left_milli[r])
             best = _best_bucket(plan, free, cpu, pod)
             g = int(got.gpu[r])
-            if sharing:
-                held = _reserve_slack(nodes, r, pod, g) < 0
+            held = plan.reserve and _reserve_slack(nodes, r, pod, g) < 0
+            if plan.cpu_match:
                 want = best * 1e6 + match[r] * 1000 + base.score[r]
-                assert got.score[r] == (want - PLAN_RESERVE_PENALTY if held else want)
             else:
-                assert got.score[r] == best * 1000 + base.score[r]
+                want = best * 1000 + base.score[r]
+            assert got.score[r] == (want - PLAN_RESERVE_PENALTY if held else want)
             assert free[g] >= pod.gpu_milli
             assert _loss_bucket(plan, free, cpu, g, pod) == best
             hint = int(base.gpu[r])
@@ -265,9 +267,20 @@ def test_the_partner_reserve_keeps_a_rooms_cores_from_other_pods_but_never_refus
     assert np.isfinite(got).all() and (got < -PLAN_RESERVE_PENALTY / 2).all()
 
 
+def test_the_partner_reserve_is_on_without_the_cpu_match_where_shares_carry_half_the_gpu_demand() -> None:
+    shapes = _workload({(1, 810): 200, (1, 470): 200, (1, 1000): 200})  # shares: 256,000 of 456,000
+    plan = value_plan_of(shapes)
+    assert plan.reserve and not plan.cpu_match
+    nodes = _pair_of_nodes(shapes, [[530, MILLI], [MILLI, MILLI]], [12_000, 12_000])
+    for pod in (_request(4000), _request(4000, 1, MILLI), _request(4000, 1, 810)):
+        got = score_nodes(Policy.KUBEGPU_PLAN, nodes, pod, shapes).score
+        assert got[0] < -PLAN_RESERVE_PENALTY / 2 < got[1]
+        assert int(np.argmax(got)) == 1
+
+
 def test_the_partner_reserve_is_off_where_shares_carry_little_of_the_gpu_demand() -> None:
-    shapes = _workload({(1, 810): 100, (1, 470): 100, (1, 1000): 300})
-    assert not value_plan_of(shapes).cpu_match
+    shapes = _workload({(1, 810): 100, (1, 470): 100, (1, 1000): 300})  # shares: 128,000 of 428,000
+    assert not value_plan_of(shapes).reserve
     nodes = _pair_of_nodes(shapes, [[530, MILLI], [MILLI, MILLI]], [12_000, 12_000])
     for pod in (_request(4000), _request(4000, 1, MILLI)):
         got = score_nodes(Policy.KUBEGPU_PLAN, nodes, pod, shapes).score
@@ -331,8 +344,11 @@ def test_with_the_cpu_match_a_cpu_heavy_share_takes_the_cpu_rich_node_where_kube
 def test_the_plan_sums_itself_up_in_one_line_for_the_extenders_log() -> None:
     sharing = value_plan(_workload(SHARED))
     assert sharing.summary() == (
-        f"pivot 810 milli placed on {sharing.pivot_placed:.0%} of its arrivals, CPU match on"
+        f"pivot 810 milli placed on {sharing.pivot_placed:.0%} of its arrivals,"
+        " CPU match on, partner reserve on"
     )
+    half = value_plan(_workload({(1, 810): 200, (1, 470): 200, (1, 1000): 200}))
+    assert half.summary().endswith("CPU match off, partner reserve on")
     whole = value_plan(_workload({(1, 810): 100, (1, 470): 100, (1, 1000): 300}))
-    assert whole.summary().endswith("CPU match off")
+    assert whole.summary().endswith("CPU match off, partner reserve off")
     assert value_plan(_workload({(1, 1000): 300})).summary() == "flat (no shares to place by value-to-go)"
