@@ -147,8 +147,9 @@ def test_per_node_scores_and_gpus_equal_the_vectorised_ones(policy: Policy, seed
     assert_per_node_equals_vectorised(policy, shapes, nodes, _pods(rng))
 
 
-def sharing_shapes(rng: np.random.Generator) -> TypicalShapes:
-    """A sharing-heavy target workload: shares carry most of the GPU demand (kubegpu-plan's CPU match)."""
+def sharing_shapes(rng: np.random.Generator, *, whole_share: float = 0.0) -> TypicalShapes:
+    """A sharing-heavy target workload: shares carry most of the GPU demand (kubegpu-plan's CPU
+    match), or all but ``whole_share`` of it, the rest in two shapes of one whole GPU."""
     shapes, counts = [], []
     for i in range(30):
         num = int(rng.choice([0, 0, 1, 1, 1, 1, 1, 1, 1, 1]))
@@ -156,25 +157,19 @@ def sharing_shapes(rng: np.random.Generator) -> TypicalShapes:
         cpu = int(rng.choice([0, 1000, 3152, 4000, 8000, 11908, 32000]))
         shapes.append((cpu, milli, num, np.ones(MODELS, dtype=bool), f"s{i}"))
         counts.append(int(rng.integers(1, 500)))
+    if whole_share:
+        shared = sum(c * s[1] for s, c in zip(shapes, counts, strict=True) if s[2])
+        whole_milli = shared * whole_share / (1.0 - whole_share)
+        for cpu, part in ((4000, 0.4), (16000, 0.6)):
+            shapes.append((cpu, MILLI, 1, np.ones(MODELS, dtype=bool), f"whole-{cpu}"))
+            counts.append(round(whole_milli * part / MILLI))
     return typical_shapes(shapes, counts, n_models=MODELS)
 
 
 def half_sharing_shapes(rng: np.random.Generator) -> TypicalShapes:
-    """``sharing_shapes`` with whole GPUs added until shares carry 60 % of the GPU demand: between
-    ``PLAN_RESERVE_SHARED`` and ``PLAN_CPU_MATCH_SHARED``, so kubegpu-plan's partner reserve is on
-    without its CPU match."""
-    shapes, counts = [], []
-    for i in range(30):
-        num = int(rng.choice([0, 0, 1, 1, 1, 1, 1, 1, 1, 1]))
-        milli = int(rng.choice((810, 470, 320, 650, 230, 50))) if num else 0
-        cpu = int(rng.choice([0, 1000, 3152, 4000, 8000, 11908, 32000]))
-        shapes.append((cpu, milli, num, np.ones(MODELS, dtype=bool), f"s{i}"))
-        counts.append(int(rng.integers(1, 500)))
-    shared = sum(c * s[1] for s, c in zip(shapes, counts, strict=True) if s[2])
-    for cpu, whole in ((4000, 0.4), (16000, 0.6)):  # whole GPUs: 40 % of the demand in two shapes
-        shapes.append((cpu, MILLI, 1, np.ones(MODELS, dtype=bool), f"whole-{cpu}"))
-        counts.append(round(shared * 2 / 3 * whole / MILLI))
-    return typical_shapes(shapes, counts, n_models=MODELS)
+    """Shares carry 60 % of the GPU demand: between ``PLAN_RESERVE_SHARED`` and
+    ``PLAN_CPU_MATCH_SHARED``, so kubegpu-plan's partner reserve is on without its CPU match."""
+    return sharing_shapes(rng, whole_share=0.4)
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
