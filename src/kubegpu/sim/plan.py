@@ -37,9 +37,9 @@ closest to its own (``cpu_match_steps``): CPU-light shares to CPU-poor nodes, CP
 CPU-rich nodes, so that each node's cores last about as long as its GPUs.
 
 **Partner reserve** (``ValuePlan.reserve``, ``reserve_slack``): where shares carry at least
-``PLAN_RESERVE_SHARED`` of the GPU demand (with or without the CPU match), a GPU in use that still has room
-for a share (``PLAN_RESERVE_ROOM`` milli or more free) keeps ``PLAN_RESERVE_CORES`` cores per 1000
-free milli on its node for the share that will fill it. Every pod, of any kind, goes first to the
+``PLAN_RESERVE_SHARED`` of the GPU demand (with or without the CPU match), a GPU in use that still
+has room for a share (``PLAN_RESERVE_ROOM`` milli or more free) keeps ``PLAN_RESERVE_CORES`` cores
+per 1000 free milli on its node for the share that will fill it. Every pod, of any kind, goes first to the
 nodes where it leaves those cores alone (a share that fills a room frees the room's cores, one that
 opens a GPU adds a room); where no node can, it goes where it fits, as before: the reserve never
 refuses a pod. Aimed at partners that find no cores left; measured, it places more pivots and
@@ -98,11 +98,12 @@ PLAN_VALUE_UNIT = 1000  # node values in 1/1000 milli: integers, the same in eve
 PLAN_CPU_MATCH_SHARED = 0.7  # the CPU match is on when shares carry at least this share of GPU demand
 PLAN_CPU_MATCH_SCALE = 3.0  # match steps per unit of |ln(node's cores per idle milli / the pod's)|
 PLAN_CPU_MATCH_STEPS = 500  # the match runs from this (equal ratios) down to 0 (e^(500/3) apart)
-# the partner reserve (module docstring, "Partner reserve"), on where the CPU match is: each GPU in
-# use with at least PLAN_RESERVE_ROOM milli free keeps PLAN_RESERVE_CORES milli-cores per free milli
-# (16 cores per GPU's worth) on its node for the share that will fill it
+# the partner reserve (module docstring, "Partner reserve"), on where shares carry at least
+# PLAN_RESERVE_SHARED of the GPU demand: each GPU in use with at least PLAN_RESERVE_ROOM milli free
+# keeps PLAN_RESERVE_CORES milli-cores per free milli (16 cores per GPU's worth) on its node for the
+# share that will fill it
+PLAN_RESERVE_SHARED = 0.5
 PLAN_RESERVE_ROOM = 200
-PLAN_RESERVE_SHARED = 0.5  # the reserve is on when shares carry at least this share of the GPU demand
 PLAN_RESERVE_CORES = 16
 PLAN_RESERVE_PENALTY = 1e11  # below every score a node that keeps its reserve can have
 # the ratio gaps at which the match drops one step, computed once so that every engine (the
