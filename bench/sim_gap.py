@@ -21,12 +21,14 @@ share of FGD's gap it closes, to the bound and to the online bound, and the allo
 
     python bench/sim_gap.py [--data DIR] [--seeds 42-51 | --tune | --held-out] [--workers 2]
         [--variants default,gpushare40,...] [--bound-cache FILE | --no-bound-cache]
-        [--second-pivot | --pivots 1|2|3]
+        [--second-pivot | --pivots 1..5] [--whole-pivots]
 
 Seed sets: 42-51 (the paper's, default), ``--tune`` 0-9, ``--held-out`` 100-109. ``--second-pivot``
 (``--pivots 2``) tightens the online bound with a second pivot (``online_bound(..., pivots=2)``,
 about a minute per seed instead of seconds), ``--pivots 3`` with a third as well (two to three
-minutes per seed); each is cached under its own key.
+minutes per seed), ``--pivots 4`` and ``5`` with the three and four candidates whose pairs came lowest;
+``--whole-pivots`` adds the common 1-GPU whole-GPU shapes to the candidates (``online_bound(...,
+whole_pivots=True)``); each is cached under its own key.
 
 The bounds take seconds per seed and depend only on the two CSV files, the seed and the bounds'
 code, so each pair is kept in a JSON file (default ``~/.cache/kubegpu/sim_gap_bounds.json``) under
@@ -61,20 +63,24 @@ from kubegpu.sim.workload import Workload, prepare
 VARIANTS = ("default", "gpushare40", "gpushare60", "gpushare80", "gpushare100")
 VARIANT_SEED = 0  # the variant pod lists themselves: one fixed draw each
 GOAL = 0.75  # the share of FGD's gap to the online bound the default policy is to close (issue 30)
-_KEY_SUFFIX = {1: "", 2: "/second-pivot", 3: "/three-pivots"}  # bound cache keys per --pivots
+# bound cache keys per --pivots (and "/whole" after them with --whole-pivots)
+_KEY_SUFFIX = {1: "", 2: "/second-pivot", 3: "/three-pivots", 4: "/four-pivots", 5: "/five-pivots"}
 
 _WORKLOAD: Workload | None = None
 _PIVOTS = 1
+_WHOLE = False
 
 
 def _bound(seed: int) -> OnlineBound:
     assert _WORKLOAD is not None
-    return online_bound(_WORKLOAD, seed, pivots=_PIVOTS)
+    return online_bound(_WORKLOAD, seed, pivots=_PIVOTS, whole_pivots=_WHOLE)
 
 
-def bounds(workload: Workload, seeds: tuple[int, ...], workers: int, *, pivots: int = 1) -> list[OnlineBound]:
-    global _WORKLOAD, _PIVOTS  # inherited by the forked workers
-    _WORKLOAD, _PIVOTS = workload, pivots
+def bounds(
+    workload: Workload, seeds: tuple[int, ...], workers: int, *, pivots: int = 1, whole: bool = False
+) -> list[OnlineBound]:
+    global _WORKLOAD, _PIVOTS, _WHOLE  # inherited by the forked workers
+    _WORKLOAD, _PIVOTS, _WHOLE = workload, pivots, whole
     done: dict[int, OnlineBound] = {}
 
     def report(seed: int, result: OnlineBound) -> None:
@@ -112,6 +118,7 @@ def cached_bounds(
     key: str,
     cache: Path | None,
     pivots: int = 1,
+    whole: bool = False,
 ) -> list[tuple[float, float]]:
     """(bound %, online bound %) per seed, from ``cache`` where it holds them for ``key``; the rest
     solved and stored."""
@@ -126,7 +133,7 @@ def cached_bounds(
         except (ValueError, AttributeError, TypeError):
             print(f"sim_gap: {cache} is not a bound cache; solving every bound again", file=sys.stderr)
     missing = tuple(s for s in seeds if f"{key}/{s}" not in stored)
-    solved = bounds(workload, missing, workers, pivots=pivots)
+    solved = bounds(workload, missing, workers, pivots=pivots, whole=whole)
     for seed, result in zip(missing, solved, strict=True):
         stored[f"{key}/{seed}"] = [result.offline_pct, result.bound_pct]
     if cache is not None and missing:
@@ -161,9 +168,14 @@ def main() -> int:
     ap.add_argument(
         "--pivots",
         type=int,
-        choices=(1, 2, 3),
+        choices=(1, 2, 3, 4, 5),
         default=1,
-        help="shares the online bound forces in jointly (kubegpu sim bound --pivots; 2 is --second-pivot)",
+        help="shapes the online bound forces in jointly (kubegpu sim bound --pivots; 2 is --second-pivot)",
+    )
+    ap.add_argument(
+        "--whole-pivots",
+        action="store_true",
+        help="1-GPU whole-GPU shapes among the extra pivots too (kubegpu sim bound --whole-pivots)",
     )
     args = ap.parse_args()
     pivots = max(args.pivots, 2 if args.second_pivot else 1)
@@ -178,8 +190,14 @@ def main() -> int:
         print(f"sim_gap: unknown variant(s) {', '.join(unknown)}; choose from {', '.join(VARIANTS)}")
         return 2
     pods = load_pods(pods_path)
-    how = {1: "", 2: ", online bound with a second pivot", 3: ", online bound with a second and third pivot"}
-    print(f"seeds {seeds[0]}-{seeds[-1]} ({len(seeds)}), inflate 1.3, ties node-order{how[pivots]}\n")
+    how = {
+        1: "",
+        2: ", online bound with a second pivot",
+        3: ", online bound with a second and third pivot",
+        4: ", online bound with up to four pivots",
+        5: ", online bound with up to five pivots",
+    }[pivots] + (" (whole-GPU shapes among them)" if args.whole_pivots and pivots > 1 else "")
+    print(f"seeds {seeds[0]}-{seeds[-1]} ({len(seeds)}), inflate 1.3, ties node-order{how}\n")
     print("| variant | bound | FGD | kubegpu | FGD gap | kubegpu gap | share of FGD's gap closed |")
     print("|---|---|---|---|---|---|---|")
     online_rows: list[str] = []
@@ -198,9 +216,11 @@ def main() -> int:
                 workload,
                 seeds,
                 args.workers,
-                key=f"{name}/{_digest(nodes_path, path)}{_KEY_SUFFIX[pivots]}",
+                key=f"{name}/{_digest(nodes_path, path)}{_KEY_SUFFIX[pivots]}"
+                + ("/whole" if args.whole_pivots and pivots > 1 else ""),
                 cache=cache,
                 pivots=pivots,
+                whole=args.whole_pivots,
             )
             request = SimRequest(
                 policies=(Policy.FGD, Policy.KUBEGPU, Policy.KUBEGPU_PLAN), seeds=seeds, workers=args.workers

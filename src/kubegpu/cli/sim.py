@@ -207,7 +207,8 @@ def register(app: typer.Typer) -> None:
         "kubegpu sim bound --nodes nodes.csv --pods pods.csv --seeds 42-51 --json · "
         "kubegpu sim bound --seeds 42 --online --node-level · "
         "kubegpu sim bound --seeds 42 --second-pivot · "
-        "kubegpu sim bound --seeds 42 --pivots 3",
+        "kubegpu sim bound --seeds 42 --pivots 3 · "
+        "kubegpu sim bound --seeds 42 --pivots 5 --whole-pivots",
     )
     def bound(  # noqa: PLR0917 - typer maps each parameter to a flag
         nodes: Annotated[
@@ -265,12 +266,20 @@ def register(app: typer.Typer) -> None:
             typer.Option(
                 "--pivots",
                 min=1,
-                max=3,
-                help="Shares forced in jointly by the online bound (implies --online when above 1): 2 is "
+                max=5,
+                help="Shapes forced in jointly by the online bound (implies --online when above 1): 2 is "
                 "--second-pivot, 3 also tries the two second pivots that came lowest together (two to "
-                "three minutes per seed on openb).",
+                "three minutes per seed on openb), 4 and 5 the three and four lowest.",
             ),
         ] = 1,
+        whole_pivots: Annotated[
+            bool,
+            typer.Option(
+                "--whole-pivots",
+                help="Common 1-GPU whole-GPU shapes are tried as extra pivots too (implies --pivots 2 at "
+                "least; each is placed while an untouched GPU is left; tighter on gpushare60 and 80).",
+            ),
+        ] = False,
     ) -> None:
         """An upper bound on the GPU % any policy can allocate for each seed's arrivals (an LP relaxation)."""
         from kubegpu.sim.openb import resolve
@@ -285,11 +294,19 @@ def register(app: typer.Typer) -> None:
         from kubegpu.sim.bound import NODE_LEVEL_CPU_STEP, bound_json
 
         step = NODE_LEVEL_CPU_STEP if node_level else None
-        joint = max(pivots, 2 if second_pivot else 1)
+        joint = max(pivots, 2 if second_pivot or whole_pivots else 1)
         if online or joint > 1:
             from kubegpu.sim.online_bound import with_online
 
-            found = online_bounds(workload, seed_list, inflate, quiet=as_json, cpu_step=step, pivots=joint)
+            found = online_bounds(
+                workload,
+                seed_list,
+                inflate,
+                quiet=as_json,
+                cpu_step=step,
+                pivots=joint,
+                whole_pivots=whole_pivots,
+            )
             document = bound_json(
                 [r.offline for r in found], seeds=seed_list, inflate=inflate, workload=workload, cpu_step=step
             )

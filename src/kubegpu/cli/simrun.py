@@ -257,18 +257,19 @@ def online_bounds(
     quiet: bool,
     cpu_step: float | None = None,
     pivots: int = 1,
+    whole_pivots: bool = False,
 ) -> list[Any]:
     """The online bound (with the offline one) per seed, a line per seed on stderr."""
     from kubegpu.sim.online_bound import online_bound
 
     def line(r: Any) -> str:
-        second = "".join(f" and {p}" for p in (r.second_pivot, r.third_pivot) if p)
+        second = "".join(f" and {p}" for p in (r.second_pivot, r.third_pivot, *r.more_pivots) if p)
         return (
             f"{r.offline_pct:.2f} %, online {r.bound_pct:.2f} % (pivot {r.pivot or 'none'}{second}, "
             f"{r.solves} LPs, {r.seconds:.1f} s)"
         )
 
-    solve = partial(online_bound, cpu_step=cpu_step, pivots=pivots)
+    solve = partial(online_bound, cpu_step=cpu_step, pivots=pivots, whole_pivots=whole_pivots)
     return _per_seed(solve, line, workload, seeds, inflate, quiet=quiet)
 
 
@@ -296,7 +297,7 @@ def render_bound(document: dict[str, Any]) -> None:
             " (pivot: the share forced in, placed: how many of it the maximum places)"
         )
         if any(row.get("second_pivot") for row in b["per_seed"]):
-            table.caption += "; pivot + second (+ third) pivot: placed jointly (placed: the first)"
+            table.caption += "; pivot + more pivots: placed jointly (placed: the first)"
         columns += ["online %", "pivot", "placed"]
     for col in (*columns, "columns", "s"):
         table.add_column(col, justify="right")
@@ -309,8 +310,9 @@ def render_bound(document: dict[str, Any]) -> None:
             pivot = row["pivot"] or "-"
             if row.get("second_pivot"):
                 pivot += f" + {row['second_pivot']}"
-                if row.get("third_pivot"):
-                    pivot += f" + {row['third_pivot']}"
+                for more in (row.get("third_pivot"), *row.get("more_pivots", ())):
+                    if more:
+                        pivot += f" + {more}"
                 low, high = row["joint_placed"][0]
                 placed = f"{low}" if low == high else f"{low}-{high}"
             cells += [

@@ -19,6 +19,10 @@ which is valid for every ``j`` in the interval), and the interval with the highe
 in two until it is narrow or ``MAX_SPLITS`` splits are done (branch and bound; the intervals always
 cover every ``j``, so the maximum over them is valid at every step).
 
+Nothing in the argument needs the pivot to be a share: a 1-GPU whole-GPU shape is placed while an
+untouched GPU is left on a node with its cores and memory, and the same rows hold for it
+(``online_bound(..., whole_pivots=True)``).
+
 The same argument also runs forwards: if at least ``ja`` pivots were placed, the pivot fitted at
 its ``ja``-th arrival, and so at every arrival before it; each shape that fits wherever the pivot
 fits (one GPU, at most its milli, CPU and memory, at least its models: ``fits_wherever``) and
@@ -67,7 +71,9 @@ JOINT_START = 6  # intervals per pivot that the joint branch and bound starts fr
 JOINT_SPLITS = 200
 THIRD_START = 3  # the same for three pivots at once (27 boxes to start, then up to 800 splits)
 THIRD_SPLITS = 800
-MAX_PIVOTS = 3
+WIDE_START = 2  # the same for four or five pivots at once (16 or 32 boxes, then up to 1,600 splits)
+WIDE_SPLITS = 1600
+MAX_PIVOTS = 5
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -83,10 +89,11 @@ class OnlineBound:
     placed_high: int
     solves: int
     seconds: float
-    # ``online_bound(..., pivots=2 or 3)``: the second (and third) pivot of the lowest joint bound
-    # ("" when none was tried or none came under the bound with fewer) and that bound's box
+    # ``online_bound(..., pivots=2 .. 5)``: the second (third, more) pivots of the lowest joint
+    # bound ("" / () when none was tried or none came under the bound with fewer) and its box
     second_pivot: str = ""
     third_pivot: str = ""
+    more_pivots: tuple[str, ...] = ()  # the fourth and fifth
     joint_placed: tuple[tuple[int, int], ...] = ()
 
     @property
@@ -332,19 +339,22 @@ def joint_pivot_bound(
     return -value, box, solves
 
 
-def second_pivots(workload: Workload, counts: IntArray, first: int) -> list[int]:
+def second_pivots(workload: Workload, counts: IntArray, first: int, *, whole: bool = False) -> list[int]:
     """The shapes ``online_bound`` tries as a second pivot beside ``first``: the 1-GPU shares with
-    at least ``SECOND_PIVOT_DEMAND`` of the arrived GPU demand."""
+    at least ``SECOND_PIVOT_DEMAND`` of the arrived GPU demand, then (``whole``) the 1-GPU whole-GPU
+    shapes with as much. A whole-GPU pivot is placed while some GPU is untouched on a node with its
+    cores and memory, and forces in every smaller pod that arrived before (``fits_wherever``)."""
     milli = workload.shape_total_milli()
     demand = float(counts @ milli)
-    return [
+    common = [
         sid
         for sid, r in enumerate(workload.shape_requests)
-        if r.shared
-        and sid != first
-        and counts[sid] > 0
-        and counts[sid] * milli[sid] >= SECOND_PIVOT_DEMAND * demand
+        if sid != first and counts[sid] > 0 and counts[sid] * milli[sid] >= SECOND_PIVOT_DEMAND * demand
     ]
+    reqs = workload.shape_requests
+    shares = [sid for sid in common if reqs[sid].shared]
+    wholes = [sid for sid in common if whole and reqs[sid].num_gpu == 1 and not reqs[sid].shared]
+    return shares + wholes
 
 
 def online_bound(
@@ -355,6 +365,7 @@ def online_bound(
     cpu_step: float | None = None,
     cpu_only_placed: IntArray | None = None,
     pivots: int = 1,
+    whole_pivots: bool = False,
 ) -> OnlineBound:
     """The online bound for ``seed``'s arrivals (the ones ``replay`` places), with the offline bound;
     both node-level with ``cpu_step`` (``kubegpu.sim.bound.solve_bound``).
@@ -367,7 +378,11 @@ def online_bound(
     and keeps the lowest bound: tighter where the pivot's LP leaves out a share that a policy has to
     place while it fits (the default trace's 470-milli pods), and a few LPs per candidate slower.
     ``pivots`` 3 then also tries the two candidates whose pairs came lowest together with the pivot
-    (``THIRD_START`` and ``THIRD_SPLITS``; a minute or two more per seed on openb)."""
+    (``THIRD_START`` and ``THIRD_SPLITS``; a minute or two more per seed on openb), 4 and 5 the
+    three and four lowest (``WIDE_START`` and ``WIDE_SPLITS``). ``whole_pivots`` adds the common
+    1-GPU whole-GPU shapes to the candidates (``second_pivots``): tighter where the LP refuses
+    whole-GPU pods early that a policy must place while an untouched GPU is left (gpushare60 and
+    gpushare80 on openb), one more joint LP search per such shape."""
     if not 1 <= pivots <= MAX_PIVOTS:
         raise InputError(f"online bound: pivots must be 1 to {MAX_PIVOTS}, not {pivots}")
     started = time.perf_counter()
@@ -391,11 +406,11 @@ def online_bound(
             workload, sequence, pivot, problem=problem, pool=pool, cpu_step=cpu_step, cpu_only_lower=forced
         )
         label, arrived = workload.shape_labels[pivot], int(counts[pivot])
-    second = third = ""
+    chosen: tuple[int, ...] = ()  # the other pivots of the lowest bound
     joint: tuple[tuple[int, int], ...] = ()
     pairs: list[tuple[float, int]] = []  # (joint bound, second pivot) per candidate
     if pivots >= 2 and pivot is not None:
-        for other in second_pivots(workload, counts, pivot):
+        for other in second_pivots(workload, counts, pivot, whole=whole_pivots):
             both, box, more = joint_pivot_bound(
                 workload,
                 sequence,
@@ -408,24 +423,27 @@ def online_bound(
             solves += more
             pairs.append((both, other))
             if both < value:
-                value, second, joint = both, workload.shape_labels[other], box
-    if pivots >= 3 and pivot is not None and len(pairs) >= 2:
-        (_, a), (_, b) = sorted(pairs)[:2]
-        all_three, box, more = joint_pivot_bound(
+                value, chosen, joint = both, (other,), box
+    ranked = [other for _, other in sorted(pairs)]
+    for k in range(3, pivots + 1):
+        if pivot is None or len(ranked) < k - 1:
+            break
+        start, splits = (THIRD_START, THIRD_SPLITS) if k == 3 else (WIDE_START, WIDE_SPLITS)
+        together, box, more = joint_pivot_bound(
             workload,
             sequence,
-            (pivot, a, b),
+            (pivot, *ranked[: k - 1]),
             problem=problem,
             pool=pool,
             cpu_step=cpu_step,
             cpu_only_lower=forced,
-            start=THIRD_START,
-            splits=THIRD_SPLITS,
+            start=start,
+            splits=splits,
         )
         solves += more
-        if all_three < value:
-            value, joint = all_three, box
-            second, third = workload.shape_labels[a], workload.shape_labels[b]
+        if together < value:
+            value, chosen, joint = together, tuple(ranked[: k - 1]), box
+    names = [workload.shape_labels[s] for s in chosen]
     return OnlineBound(
         bound_milli=min(value, offline.bound_milli),
         offline=offline,
@@ -436,8 +454,9 @@ def online_bound(
         placed_high=high,
         solves=solves + 1,
         seconds=time.perf_counter() - started,
-        second_pivot=second,
-        third_pivot=third,
+        second_pivot=names[0] if names else "",
+        third_pivot=names[1] if len(names) > 1 else "",
+        more_pivots=tuple(names[2:]),
         joint_placed=joint,
     )
 
@@ -460,6 +479,7 @@ def with_online(document: dict[str, Any], results: Sequence[OnlineBound]) -> dic
                 else {}
             ),
             **({"third_pivot": r.third_pivot} if r.third_pivot else {}),
+            **({"more_pivots": list(r.more_pivots)} if r.more_pivots else {}),
         }
         for row, r in zip(bound["per_seed"], results, strict=True)
     ]
@@ -475,7 +495,9 @@ def with_online(document: dict[str, Any], results: Sequence[OnlineBound]) -> dic
             " every pod that fits wherever it fits placed before then and no dominating pod placed"
             " after it, maximised over that refusal"
             + (
-                "; the lower of it and the same with a second (and third) pivot jointly, per seed"
+                "; the lowest of it and the same with up to five pivots jointly, per seed"
+                if any(r.more_pivots for r in results)
+                else "; the lower of it and the same with a second (and third) pivot jointly, per seed"
                 if any(r.third_pivot for r in results)
                 else "; the lower of it and the same with a second pivot jointly, per seed"
                 if any(r.second_pivot for r in results)

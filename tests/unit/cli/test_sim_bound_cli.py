@@ -228,5 +228,28 @@ def test_three_pivots_reach_what_every_policy_places(tmp_path: Path) -> None:
     table = CliRunner().invoke(app, [*args, "--pivots", "3"], env={"COLUMNS": "200"})
     assert table.exit_code == 0, table.output
     assert "84.33" in table.stdout and "2c/1x810m + 3c/1x470m + 2.5c/1x650m" in table.stdout
-    bad = CliRunner().invoke(app, [*args, "--pivots", "4"])
+    bad = CliRunner().invoke(app, [*args, "--pivots", "6"])
     assert bad.exit_code == 2 and "--pivots" in bad.output
+
+
+def test_whole_gpu_pivots_reach_what_every_policy_places(tmp_path: Path) -> None:
+    # two 1-GPU nodes; seed 32's order is 470, 650, 1000, 300, 470, 810, 470, 1000: the 470 and the
+    # 650 take the two GPUs, no whole GPU ever fits, every policy ends at 1,890 of 2,000 milli
+    # (tests/unit/sim/test_online_bound.py). Up to five share pivots: 96.0 %; the first whole GPU as
+    # a pivot (placed, it would force in the two shares before it): 94.5 %, exact
+    args = bound_args(
+        tmp_path,
+        gpus=2,
+        milli=[470, 650, 300, 470, 1000, 810, 1000, 470],
+        seed=32,
+        cpu={1000: 2500, 650: 2000, 810: 3000, 300: 2500, 470: 2500},
+    )
+    shares = json.loads(CliRunner().invoke(app, [*args, "--json", "--pivots", "5"]).stdout)["bound"]
+    assert shares["per_seed"][0]["online_bound_pct"] == 96.0
+    result = CliRunner().invoke(app, [*args, "--json", "--whole-pivots"])  # implies --pivots 2
+    assert result.exit_code == 0, result.output
+    row = json.loads(result.stdout)["bound"]["per_seed"][0]
+    assert row["online_bound_pct"] == 94.5 and row["second_pivot"] == "2.5c/1x1000m"
+    table = CliRunner().invoke(app, [*args, "--pivots", "5", "--whole-pivots"], env={"COLUMNS": "200"})
+    assert table.exit_code == 0, table.output
+    assert "94.50" in table.stdout and "3c/1x810m + 2.5c/1x1000m" in table.stdout

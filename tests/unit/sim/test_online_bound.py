@@ -3,6 +3,8 @@ policy that places every pod that fits."""
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -161,9 +163,9 @@ def test_no_policy_that_places_every_fitting_pod_beats_it(
         bound_problem(wl, np.bincount(sequence, minlength=len(wl.shape_requests)))
     ).bound_milli
     placed = greedy(wl, seq)  # first fit places every pod that fits somewhere, in arrival order
-    # any share may be the pivot: each gives a valid bound
+    # any share, and any 1-GPU whole-GPU shape, may be the pivot: each gives a valid bound
     for pivot, request in enumerate(wl.shape_requests):
-        if request.shared and (sequence == pivot).any():
+        if request.num_gpu == 1 and (sequence == pivot).any():
             value = pivot_bound(wl, sequence, pivot)[0]
             assert placed <= value + 1e-6, wl.shape_labels[pivot]
             assert value <= offline + 1e-6
@@ -253,8 +255,62 @@ def test_online_bound_with_three_pivots_picks_the_two_lowest_pairs() -> None:
     assert three.joint_placed == ((1, 1), (1, 1), (1, 1))
     for policy in Policy:
         assert replay(wl, policy, 27, inflate=0).allocated_milli[-1] == 2530, policy
-    with pytest.raises(InputError, match="pivots must be 1 to 3"):
-        online_bound(wl, 27, inflate=0, pivots=4)
+    with pytest.raises(InputError, match="pivots must be 1 to 5"):
+        online_bound(wl, 27, inflate=0, pivots=6)
+
+
+def shares_before_whole_gpus() -> Workload:
+    # two 1-GPU nodes; the 810 asks the most cores, the whole GPUs 2.5 like the 470s, the 650 2
+    milli = [470, 650, 300, 470, 1000, 810, 1000, 470]
+    cpu = {1000: 2500, 650: 2000, 810: 3000, 300: 2500, 470: 2500}
+    return workload_of(
+        [(f"n{k}", 64000, 1 << 18, 1, "G2") for k in range(2)],
+        [(f"p{i}", cpu[m], 1024, 1, m, "") for i, m in enumerate(milli)],
+    )
+
+
+def test_a_whole_gpu_pivot_is_exact_where_the_share_pivots_are_not() -> None:
+    # seed 32 orders them 470, 650, 1000, 300, 470, 810, 470, 1000: the 470 and the 650 take a GPU
+    # each, so neither whole GPU nor the 810 ever fits, and every policy ends at 1,890 of 2,000 milli
+    # at best (470 + 470, 650 + 300). With shares as pivots the LP can still place a whole GPU (the
+    # 810 refused at once, the 470s and the 650 as it likes): 1,920 with up to five of them. With the
+    # first whole GPU as a pivot: if it was placed, the 470 and the 650 before it (no more cores than
+    # it, so they fit wherever it fits) were too, and three GPUs do not fit on two; if it was refused,
+    # no whole GPU is placed after: 1,890, exact
+    wl = shares_before_whole_gpus()
+    shares = [online_bound(wl, 32, inflate=0, pivots=k).bound_milli for k in (1, 2, 3, 5)]
+    assert shares == pytest.approx([2000, 1945, 1920, 1920], abs=1e-6)
+    whole = online_bound(wl, 32, inflate=0, pivots=2, whole_pivots=True)
+    assert whole.bound_milli == pytest.approx(1890, abs=1e-6)
+    assert (whole.pivot, whole.second_pivot) == ("3c/1x810m", "2.5c/1x1000m")
+    assert whole.joint_placed == ((0, 0), (0, 0))  # both refused at their first arrival
+    assert online_bound(wl, 32, inflate=0, pivots=5, whole_pivots=True).bound_milli == pytest.approx(1890)
+    placed = [replay(wl, policy, 32, inflate=0).allocated_milli[-1] for policy in Policy]
+    assert max(placed) == 1890
+    sequence = wl.pod_shape[arrivals(wl, 32, 0)]
+    counts = np.bincount(sequence, minlength=len(wl.shape_requests))
+    labels = [wl.shape_labels[s] for s in second_pivots(wl, counts, shape_of(wl, 810), whole=True)]
+    assert labels[-1] == "2.5c/1x1000m" and "2.5c/1x1000m" not in [
+        wl.shape_labels[s] for s in second_pivots(wl, counts, shape_of(wl, 810))
+    ]
+
+
+def test_up_to_five_pivots_only_tighten_and_every_policy_stays_under() -> None:
+    wl = small_cluster()
+    for seed in (4, 5):
+        found = [online_bound(wl, seed, inflate=1.3, pivots=k, whole_pivots=True) for k in (1, 2, 3, 4, 5)]
+        values = [r.bound_milli for r in found]
+        assert all(b <= a + 1e-6 for a, b in itertools.pairwise(values)), values
+        shares_only = online_bound(wl, seed, inflate=1.3, pivots=5).bound_milli
+        assert values[-1] < shares_only - 50  # its whole-GPU pods are forced in early too
+        for policy in Policy:
+            assert replay(wl, policy, seed, inflate=1.3).allocated_milli[-1] <= values[-1] + 1e-6, policy
+        if seed == 5:  # the lowest comes with five: the 810 and four whole-GPU shapes
+            five = found[-1]
+            assert len(five.more_pivots) == 2 and len(five.joint_placed) == 5
+            assert all(
+                p.endswith("1x1000m") for p in (five.second_pivot, five.third_pivot, *five.more_pivots)
+            )
 
 
 def test_every_policy_stays_under_the_online_bound_of_its_own_arrivals() -> None:
