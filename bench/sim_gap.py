@@ -175,10 +175,11 @@ def main() -> int:
     ap.add_argument(
         "--whole-pivots",
         action="store_true",
-        help="1-GPU whole-GPU shapes among the extra pivots too (kubegpu sim bound --whole-pivots)",
+        help="1-GPU whole-GPU shapes among the extra pivots too (implies --pivots 2 at least, as"
+        " kubegpu sim bound --whole-pivots)",
     )
     args = ap.parse_args()
-    pivots = max(args.pivots, 2 if args.second_pivot else 1)
+    pivots = max(args.pivots, 2 if args.second_pivot or args.whole_pivots else 1)  # as kubegpu sim bound
     cache = None if args.no_bound_cache else args.bound_cache
     if trace_missing(args.data, "sim_gap"):
         return 0
@@ -196,7 +197,8 @@ def main() -> int:
         3: ", online bound with a second and third pivot",
         4: ", online bound with up to four pivots",
         5: ", online bound with up to five pivots",
-    }[pivots] + (" (whole-GPU shapes among them)" if args.whole_pivots and pivots > 1 else "")
+    }[pivots] + (" (whole-GPU shapes among them)" if args.whole_pivots else "")
+    suffix = _KEY_SUFFIX[pivots] + ("/whole" if args.whole_pivots else "")  # the bound cache's key
     print(f"seeds {seeds[0]}-{seeds[-1]} ({len(seeds)}), inflate 1.3, ties node-order{how}\n")
     print("| variant | bound | FGD | kubegpu | FGD gap | kubegpu gap | share of FGD's gap closed |")
     print("|---|---|---|---|---|---|---|")
@@ -216,8 +218,7 @@ def main() -> int:
                 workload,
                 seeds,
                 args.workers,
-                key=f"{name}/{_digest(nodes_path, path)}{_KEY_SUFFIX[pivots]}"
-                + ("/whole" if args.whole_pivots and pivots > 1 else ""),
+                key=f"{name}/{_digest(nodes_path, path)}{suffix}",
                 cache=cache,
                 pivots=pivots,
                 whole=args.whole_pivots,
