@@ -14,6 +14,11 @@ shapes (``Workload.typical``, FGD's target workload):
 CPU use: the per-class bound (``kubegpu.sim.bound``) balances CPU over a class as a whole, a
 replay has to do it node by node (docs/benchmarks.md, "Where the rest of the gap is").
 
+The other side of the same loss is what the replay refused: ``refused_by_kind`` counts the refused
+pods per kind (CPU-only, shares, whole-GPU pods by their GPU count), their GPU as a share of the
+cluster's, and how far into the arrivals each kind was first refused (docs/benchmarks.md, "Multi-GPU
+pods when the untouched GPUs run out").
+
 Pure: numpy, no I/O.
 """
 
@@ -33,10 +38,12 @@ __all__ = [
     "ClassIdle",
     "FillPoint",
     "FinalState",
+    "KindRefusals",
     "fill_timeline",
     "final_state",
     "idle_by_class",
     "mean_by_class",
+    "refused_by_kind",
 ]
 
 
@@ -225,3 +232,56 @@ def fill_timeline(workload: Workload, run: SeedRun, points: int = 20) -> list[Fi
             )
         )
     return out
+
+
+@dataclass(frozen=True, kw_only=True)
+class KindRefusals:
+    """One kind of pod in a replay (``refused_by_kind``): how many arrived and were refused."""
+
+    num_gpu: int  # GPUs per pod: 0 CPU-only, 1 for shares and 1-GPU pods
+    shared: bool  # a share of one GPU (under 1000 milli)
+    arrived: int
+    refused: int
+    refused_milli: int  # GPU milli the refused pods asked for
+    first_refused: float | None  # share of the arrivals before its first refusal; None: never refused
+
+    @property
+    def label(self) -> str:
+        if self.num_gpu == 0:
+            return "CPU-only"
+        if self.shared:
+            return "shares"
+        return "1 GPU" if self.num_gpu == 1 else f"{self.num_gpu} GPUs"
+
+
+def refused_by_kind(workload: Workload, run: SeedRun) -> list[KindRefusals]:
+    """Per kind of pod that arrived (CPU-only, shares, then whole-GPU pods by GPU count): arrivals,
+    refusals, the GPU milli refused and when the kind was first refused."""
+    if len(run.shape) != len(run.node):
+        raise InputError("idle: the replay has no node per arrival (a run from an older kubegpu?)")
+    requests = workload.shape_requests
+    count = len(run.node)
+    kinds: dict[tuple[int, bool], list[int]] = {}  # kind -> [arrived, refused, milli, first index]
+    for index, (node, sid) in enumerate(zip(run.node.tolist(), run.shape.tolist(), strict=True)):
+        pod = requests[sid]
+        key = (pod.num_gpu, pod.num_gpu == 1 and pod.gpu_milli < MILLI)
+        entry = kinds.setdefault(key, [0, 0, 0, -1])
+        entry[0] += 1
+        if node < 0:
+            entry[1] += 1
+            entry[2] += pod.num_gpu * pod.gpu_milli
+            if entry[3] < 0:
+                entry[3] = index
+    return [
+        KindRefusals(
+            num_gpu=num_gpu,
+            shared=shared,
+            arrived=arrived,
+            refused=refused,
+            refused_milli=milli,
+            first_refused=first / count if first >= 0 else None,
+        )
+        for (num_gpu, shared), (arrived, refused, milli, first) in sorted(
+            kinds.items(), key=lambda kv: (kv[0][0], not kv[0][1])
+        )
+    ]

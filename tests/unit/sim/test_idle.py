@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from kubegpu.errors import InputError
-from kubegpu.sim.idle import fill_timeline, final_state, idle_by_class, mean_by_class
+from kubegpu.sim.idle import fill_timeline, final_state, idle_by_class, mean_by_class, refused_by_kind
 from kubegpu.sim.replay import Order, SeedRun, TieMode, replay
 from kubegpu.sim.scoring import Policy
 from kubegpu.sim.workload import Workload, prepare
@@ -114,3 +114,39 @@ def test_the_timeline_ends_where_the_replay_ends() -> None:
     end = final_state(workload, run)
     assert points[-1].untouched_gpus == int((end.gpu_free_milli == 1000).sum())
     assert sum(points[-1].refused.values()) == int((~run.placed).sum())
+
+
+def test_refusals_are_counted_per_kind_with_their_gpu_and_the_first_refusal() -> None:
+    # a CPU-only pod, two shares, a 1-GPU pod and a 2-GPU pod; the 2-GPU pod is refused (arrival
+    # 3 of 6) and so is the second share (arrival 5 of 6)
+    nodes = [("n0", 32_000, BIG, 2, "G")]
+    pods = [
+        ("p0", 1_000, 1, 0, 0, ""),
+        ("p1", 1_000, 1, 1, 500, ""),
+        ("p2", 1_000, 1, 1, 1000, ""),
+        ("p3", 1_000, 1, 2, 1000, ""),
+        ("p4", 1_000, 1, 1, 300, ""),
+        ("p5", 1_000, 1, 1, 600, ""),
+    ]
+    workload = prepare(make_trace(nodes, pods))
+    run = _run(workload, [0, 0, 0, -1, 0, -1], [(), (0,), (1,), (), (0,), ()])
+    kinds = {k.label: k for k in refused_by_kind(workload, run)}
+    assert list(kinds) == ["CPU-only", "shares", "1 GPU", "2 GPUs"]
+    cpu_only = kinds["CPU-only"]
+    assert (cpu_only.arrived, cpu_only.refused, cpu_only.first_refused) == (1, 0, None)
+    shares = kinds["shares"]
+    assert (shares.arrived, shares.refused, shares.refused_milli) == (3, 1, 600)
+    assert shares.first_refused == pytest.approx(5 / 6)
+    two = kinds["2 GPUs"]
+    assert (two.arrived, two.refused, two.refused_milli) == (1, 1, 2000)
+    assert two.first_refused == pytest.approx(3 / 6)
+    assert kinds["1 GPU"].refused == 0
+
+
+def test_refusals_add_up_to_the_replay() -> None:
+    workload, run = _real_replay()
+    kinds = refused_by_kind(workload, run)
+    assert sum(k.arrived for k in kinds) == len(run.node)
+    assert sum(k.refused for k in kinds) == int((~run.placed).sum())
+    arrived_gpu = int(run.arrived_milli[-1])
+    assert sum(k.refused_milli for k in kinds) == arrived_gpu - int(run.allocated_milli[-1])
