@@ -28,7 +28,7 @@ from kubegpu.sim.scoring import Policy
 
 
 def rows(policy: str, allocated: float, per_seed: list[list[KindRefusals]], total_milli: int) -> list[str]:
-    """One table row per kind of pod: means over the seeds (every seed sees every kind it drew)."""
+    """One table row per kind of pod: means over the seeds that drew it."""
     kinds: dict[str, list[KindRefusals]] = {}
     for run in per_seed:
         for k in run:
