@@ -58,6 +58,7 @@ __all__ = [
     "configuration_use",
     "cpu_only_lower",
     "knapsack_values",
+    "placed_per_shape",
     "seed_bound",
     "solve_bound",
     "with_bound_share",
@@ -261,6 +262,21 @@ def configuration_use(
         key = tuple(sorted(np.repeat(problem.item_size, counts).tolist(), reverse=True))
         out[key] = out.get(key, 0.0) + float(used)
     out[()] = out.get((), 0.0) + max(0.0, float(problem.class_gpus.sum()) - sum(out.values()))
+    return out
+
+
+def placed_per_shape(
+    problem: BoundProblem, pool: Sequence[Column], result: BoundResult, num_gpu: IntArray
+) -> dict[int, float]:
+    """Pods of each shape id that ``result``'s LP (solved per GPU with ``pool``) places: its items'
+    units over all columns, divided by the shape's GPUs per pod (``num_gpu``, per shape id)."""
+    units = np.zeros(len(problem.item_shape))
+    for (_, counts), used in zip(pool, result.column_use, strict=True):
+        if used > _EPS:
+            units += float(used) * np.asarray(counts, dtype=np.float64)
+    out: dict[int, float] = {}
+    for item, shape in enumerate(problem.item_shape.tolist()):
+        out[shape] = out.get(shape, 0.0) + float(units[item]) / max(1, int(num_gpu[shape]))
     return out
 
 

@@ -55,6 +55,7 @@ __all__ = [
     "dominates",
     "fits_wherever",
     "joint_pivot_bound",
+    "lp_at_bound",
     "online_bound",
     "pivot_bound",
     "pivot_interval_lp",
@@ -95,6 +96,9 @@ class OnlineBound:
     third_pivot: str = ""
     more_pivots: tuple[str, ...] = ()  # the fourth and fifth
     joint_placed: tuple[tuple[int, int], ...] = ()
+    # the pivots' shape ids (``workload.shape_requests``), the first one first, then those of
+    # ``joint_placed``'s box in its order; labels need not be unique, ids are
+    pivot_shapes: tuple[int, ...] = ()
 
     @property
     def bound_pct(self) -> float:
@@ -458,7 +462,30 @@ def online_bound(
         third_pivot=names[1] if len(names) > 1 else "",
         more_pivots=tuple(names[2:]),
         joint_placed=joint,
+        pivot_shapes=() if pivot is None else (pivot, *chosen),
     )
+
+
+def lp_at_bound(
+    workload: Workload,
+    seed: int,
+    bound: OnlineBound,
+    *,
+    inflate: float = 1.3,
+    pool: list[Column],
+) -> tuple[BoundProblem, BoundResult]:
+    """The LP where ``bound`` (``online_bound(workload, seed, ...)``, per GPU, no CPU-only pods
+    forced in) has its value, solved again with ``pool`` filled: the offline LP when there is no
+    pivot or the offline bound is the lower, else the pivot's interval LP (one pivot) or the joint
+    box LP (two to five). ``configuration_use`` and ``placed_per_shape`` read what it places; its
+    value is ``bound``'s (up to the column generation's tolerance)."""
+    sequence = workload.pod_shape[arrivals(workload, seed, inflate)]
+    counts = np.bincount(sequence, minlength=len(workload.shape_requests)).astype(np.int64)
+    problem = bound_problem(workload, counts)
+    if not bound.pivot_shapes or bound.offline_milli <= bound.bound_milli:
+        return problem, solve_bound(problem, pool=pool)
+    box = bound.joint_placed or ((bound.placed_low, bound.placed_high),)
+    return problem, box_lp(workload, sequence, bound.pivot_shapes, box, problem=problem, pool=pool)
 
 
 def with_online(document: dict[str, Any], results: Sequence[OnlineBound]) -> dict[str, Any]:

@@ -11,12 +11,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kubegpu.errors import InputError
-from kubegpu.sim.bound import arrival_counts, bound_problem, solve_bound
+from kubegpu.sim.bound import Column, arrival_counts, bound_problem, placed_per_shape, solve_bound
 from kubegpu.sim.online_bound import (
     choose_pivot,
     dominates,
     fits_wherever,
     joint_pivot_bound,
+    lp_at_bound,
     online_bound,
     pivot_bound,
     pivot_interval_lp,
@@ -350,6 +351,43 @@ def test_the_interval_lp_at_the_maximum_is_the_online_bound() -> None:
         )
         assert lp.bound_milli == pytest.approx(min(result.bound_milli, result.offline_milli), rel=1e-6)
         assert len(lp.column_use) > 0
+
+
+def test_the_lp_at_the_bound_has_its_value_and_places_its_pivots_within_the_box() -> None:
+    # bench/gpu_contents.py --pivots N compares a replay with this LP: one pivot (seed 1) and the
+    # five of seed 5 (the 810 and four whole-GPU shapes)
+    wl = small_cluster()
+    num_gpu = np.array([r.num_gpu for r in wl.shape_requests], dtype=np.int64)
+    milli = wl.shape_total_milli()
+    for seed, pivots in ((1, 1), (5, 5)):
+        bound = online_bound(wl, seed, inflate=1.3, pivots=pivots, whole_pivots=True)
+        assert len(bound.pivot_shapes) == pivots
+        labels = [wl.shape_labels[s] for s in bound.pivot_shapes]
+        assert labels == [bound.pivot, bound.second_pivot, bound.third_pivot, *bound.more_pivots][:pivots]
+        pool: list[Column] = []
+        problem, lp = lp_at_bound(wl, seed, bound, inflate=1.3, pool=pool)
+        assert lp.bound_milli == pytest.approx(bound.bound_milli, rel=1e-6)
+        placed = placed_per_shape(problem, pool, lp, num_gpu)
+        arrived = np.bincount(wl.pod_shape[arrivals(wl, seed, 1.3)], minlength=len(wl.shape_requests))
+        assert all(-1e-6 <= n <= arrived[s] + 1e-6 for s, n in placed.items())
+        assert sum(n * milli[s] for s, n in placed.items()) == pytest.approx(lp.lp_milli, rel=1e-6)
+        box = bound.joint_placed or ((bound.placed_low, bound.placed_high),)
+        for shape, (low, high) in zip(bound.pivot_shapes, box, strict=True):
+            assert low - 1e-6 <= placed[shape] <= high + 1e-6
+
+
+def test_without_a_pivot_the_lp_at_the_bound_is_the_offline_one() -> None:
+    # two whole-GPU pods on one node of two GPUs: no share, so no pivot, and both are placed
+    whole_only = workload_of(
+        [("a", 16000, 1 << 16, 2, "T4")], [("p1", 2000, 2048, 1, 1000, ""), ("p2", 2000, 2048, 1, 1000, "")]
+    )
+    bound = online_bound(whole_only, 0, inflate=0.0)
+    assert not bound.pivot_shapes and not bound.pivot
+    pool: list[Column] = []
+    problem, lp = lp_at_bound(whole_only, 0, bound, inflate=0.0, pool=pool)
+    assert lp.bound_milli == pytest.approx(bound.offline_milli) == pytest.approx(2000.0)
+    num_gpu = np.array([r.num_gpu for r in whole_only.shape_requests], dtype=np.int64)
+    assert sum(placed_per_shape(problem, pool, lp, num_gpu).values()) == pytest.approx(2.0)
 
 
 def test_the_online_bound_given_a_replays_cpu_only_pods_still_holds_that_replay() -> None:
