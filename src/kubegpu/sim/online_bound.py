@@ -37,7 +37,7 @@ import heapq
 import itertools
 import statistics
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -51,6 +51,7 @@ from kubegpu.sim.workload import Workload, arrivals
 __all__ = [
     "OnlineBound",
     "box_lp",
+    "box_search",
     "choose_pivot",
     "dominates",
     "fits_wherever",
@@ -297,10 +298,7 @@ def joint_pivot_bound(
     splits: int = JOINT_SPLITS,
 ) -> tuple[float, tuple[tuple[int, int], ...], int]:
     """The branch and bound of ``pivot_bound`` over several pivots' ``j`` at once: boxes of
-    (``low``, ``high``) per pivot, ``start`` intervals each to start, the box with the highest LP
-    split in two along the pivot whose interval is widest (as a share of its arrivals) until it is
-    narrow or ``splits`` splits are done. The boxes always cover every combination, so the highest
-    of them is a valid bound at every step.
+    (``low``, ``high``) per pivot, each box's LP (``box_lp``) searched by ``box_search``.
 
     Returns (bound milli, the best box, LP solves)."""
     arrived = [int((sequence == p).sum()) for p in pivots]
@@ -317,6 +315,26 @@ def joint_pivot_bound(
             cpu_only_lower=cpu_only_lower,
         ).bound_milli
 
+    return box_search(arrived, solve, start=start, splits=splits)
+
+
+def box_search(
+    arrived: Sequence[int],
+    solve: Callable[[tuple[tuple[int, int], ...]], float],
+    *,
+    start: int,
+    splits: int,
+) -> tuple[float, tuple[tuple[int, int], ...], int]:
+    """The branch and bound of ``joint_pivot_bound``: ``solve(box)`` bounds every point of a box of
+    (``low``, ``high``) per pivot (``arrived[k] + 1`` values each), and a sub-box never more than
+    its box. ``start`` intervals per pivot to start, then the box with the highest value is split
+    in two along the pivot whose interval is widest as a share of its arrivals, among those not yet
+    narrow (wider than ``NARROW`` of its arrivals, and than one), until every interval of that box
+    is narrow or ``splits`` splits are done. The boxes always cover every combination, so the
+    highest of them is a valid bound at every step. A pivot with few arrivals is narrow at a width
+    of one while its share of them is still the widest: it is skipped, not a reason to stop.
+
+    Returns (the highest value, its box, solves)."""
     axes = []
     for n in arrived:
         edges = sorted({round((n + 1) * k / start) for k in range(start + 1)})
@@ -328,12 +346,15 @@ def joint_pivot_bound(
         solves += 1
     for _ in range(splits):
         _, box = heap[0]
-        widths = [(high - low) / max(n, 1) for (low, high), n in zip(box, arrived, strict=True)]
+        widths = [
+            (high - low) / max(n, 1) if high - low > max(1, int(n * NARROW)) else -1.0
+            for (low, high), n in zip(box, arrived, strict=True)
+        ]
         k = int(np.argmax(widths))
-        low, high = box[k]
-        if high - low <= max(1, int(arrived[k] * NARROW)):
+        if widths[k] < 0:
             break
         heapq.heappop(heap)
+        low, high = box[k]
         mid = (low + high) // 2
         for part in ((low, mid), (mid + 1, high)):
             split = (*box[:k], part, *box[k + 1 :])

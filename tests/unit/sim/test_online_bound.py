@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from kubegpu.errors import InputError
 from kubegpu.sim.bound import Column, arrival_counts, bound_problem, placed_per_shape, solve_bound
 from kubegpu.sim.online_bound import (
+    box_search,
     choose_pivot,
     dominates,
     fits_wherever,
@@ -410,3 +411,20 @@ def test_the_online_bound_given_a_replays_cpu_only_pods_still_holds_that_replay(
             assert given_them.offline_milli <= plain.offline_milli + 1e-6
             lowered |= given_them.bound_milli < plain.bound_milli - 1
     assert lowered  # the small cluster's CPU-only pods do cost GPU pods their cores
+
+
+def test_the_box_search_splits_a_common_pivot_past_a_rare_one() -> None:
+    # a stand-in for the box LPs: a box's value is 1000 less its distance from (500, 5), plus a
+    # tenth of its widths (a wider box bounds more loosely), so only narrow boxes come near 1000.
+    # The rare pivot (10 arrivals) is narrow at a width of one, while its share of them (10 %) is
+    # still above the common one's: the search must go on splitting the common one.
+    def solve(box: tuple[tuple[int, int], ...]) -> float:
+        gap = sum(max(low - t, 0, t - high) for (low, high), t in zip(box, (500, 5), strict=True))
+        return 1000.0 - gap + 0.1 * sum(high - low for low, high in box)
+
+    value, box, solves = box_search([1000, 10], solve, start=6, splits=200)
+    (low, high), (rare_low, rare_high) = box
+    assert low <= 500 <= high and high - low <= 5  # NARROW of 1,000 arrivals
+    assert rare_low <= 5 <= rare_high and rare_high - rare_low <= 1
+    assert value == pytest.approx(1000.0 + 0.1 * (high - low + rare_high - rare_low))
+    assert solves < 200
