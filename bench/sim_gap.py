@@ -21,7 +21,7 @@ share of FGD's gap it closes, to the bound and to the online bound, and the allo
 
     python bench/sim_gap.py [--data DIR] [--seeds 42-51 | --tune | --held-out] [--workers 2]
         [--variants default,gpushare40,...] [--bound-cache FILE | --no-bound-cache]
-        [--second-pivot | --pivots 1..5] [--whole-pivots]
+        [--second-pivot | --pivots 1..5] [--whole-pivots] [--tightest] [--plot FILE]
 
 Seed sets: 42-51 (the paper's, default), ``--tune`` 0-9, ``--held-out`` 100-109. ``--second-pivot``
 (``--pivots 2``) tightens the online bound with a second pivot (``online_bound(..., pivots=2)``,
@@ -33,6 +33,15 @@ whole_pivots=True)``); each is cached under its own key.
 The bounds take seconds per seed and depend only on the two CSV files, the seed and the bounds'
 code, so each pair is kept in a JSON file (default ``~/.cache/kubegpu/sim_gap_bounds.json``) under
 a key made of their SHA-256 digests and the seed; a later run, e.g. after a policy change, reuses it.
+``--tightest`` takes, per seed, the lowest online bound the cache holds for the same files and code
+under any pivot setting (every one is a valid bound, so the lowest is too), and solves the setting
+asked for only for seeds with none cached: after ``--pivots 5 --whole-pivots --variants
+gpushare60,gpushare80`` has run, ``--pivots 2 --tightest`` prints every variant against the
+tightest bound measured, and says on stderr which settings the bounds came from.
+
+``--plot FILE`` draws the last table's shares per seed (``kubegpu.sim.plot.plot_gap_closed``): per
+variant, a bar each for ``kubegpu`` and ``kubegpu-plan`` at the share of the means, a dot per seed
+(each seed's own share at 130 % arrived), the 75 % goal as a line.
 """
 
 from __future__ import annotations
@@ -52,7 +61,10 @@ from openb import NODES, PODS, default_data_dir, trace_missing
 
 import kubegpu.sim.bound as bound_module
 import kubegpu.sim.online_bound as online_module
+from kubegpu.errors import InputError
+from kubegpu.sim.curves import alloc_at
 from kubegpu.sim.online_bound import OnlineBound, online_bound
+from kubegpu.sim.plot import GapClosed, check_plot_path, plot_gap_closed
 from kubegpu.sim.replay import SeedRun
 from kubegpu.sim.run import SimRequest, parse_seeds, run_all, summarise_all
 from kubegpu.sim.scoring import Policy
@@ -110,6 +122,22 @@ def _digest(*paths: Path) -> str:
     return h.hexdigest()[:32]
 
 
+def _settings() -> tuple[str, ...]:
+    """Every bound cache key suffix (one per pivot setting)."""
+    return tuple(f"{suffix}{whole}" for suffix in _KEY_SUFFIX.values() for whole in ("", "/whole"))
+
+
+def tightest(stored: dict[str, list[float]], prefix: str, seed: int) -> tuple[float, str] | None:
+    """The lowest online bound ``stored`` holds for ``prefix`` (variant and digests) and ``seed``
+    under any pivot setting, and that setting's key suffix; None if it holds none."""
+    found = [
+        (values[1], suffix)
+        for suffix in _settings()
+        if len(values := stored.get(f"{prefix}{suffix}/{seed}", [])) == 2
+    ]
+    return min(found) if found else None
+
+
 def cached_bounds(
     workload: Workload,
     seeds: tuple[int, ...],
@@ -119,9 +147,11 @@ def cached_bounds(
     cache: Path | None,
     pivots: int = 1,
     whole: bool = False,
+    lowest_of: str | None = None,
 ) -> list[tuple[float, float]]:
     """(bound %, online bound %) per seed, from ``cache`` where it holds them for ``key``; the rest
-    solved and stored."""
+    solved and stored. With ``lowest_of`` (the key without its pivot setting) each online bound is
+    the lowest the cache holds for that prefix and the seed (``--tightest``)."""
     stored: dict[str, list[float]] = {}
     if cache is not None and cache.is_file():
         try:
@@ -132,7 +162,11 @@ def cached_bounds(
             }
         except (ValueError, AttributeError, TypeError):
             print(f"sim_gap: {cache} is not a bound cache; solving every bound again", file=sys.stderr)
-    missing = tuple(s for s in seeds if f"{key}/{s}" not in stored)
+    missing = tuple(
+        s
+        for s in seeds
+        if f"{key}/{s}" not in stored and (lowest_of is None or tightest(stored, lowest_of, s) is None)
+    )
     solved = bounds(workload, missing, workers, pivots=pivots, whole=whole)
     for seed, result in zip(missing, solved, strict=True):
         stored[f"{key}/{seed}"] = [result.offline_pct, result.bound_pct]
@@ -141,11 +175,33 @@ def cached_bounds(
         tmp = cache.with_suffix(".tmp")
         tmp.write_text(json.dumps(stored, indent=0, sort_keys=True))
         os.replace(tmp, cache)
-    return [(stored[f"{key}/{s}"][0], stored[f"{key}/{s}"][1]) for s in seeds]
+    if lowest_of is None:
+        return [(stored[f"{key}/{s}"][0], stored[f"{key}/{s}"][1]) for s in seeds]
+    picked: list[tuple[float, float]] = []
+    settings: list[str] = []
+    for seed in seeds:
+        low = tightest(stored, lowest_of, seed)
+        assert low is not None  # solved above where none was cached
+        offline = next(v[0] for x in _settings() if len(v := stored.get(f"{lowest_of}{x}/{seed}", [])) == 2)
+        picked.append((offline, low[0]))
+        settings.append(low[1].strip("/") or "one pivot")
+    counts = ", ".join(f"{setting} {settings.count(setting)}" for setting in dict.fromkeys(settings))
+    print(f"sim_gap: the tightest cached online bounds come from: {counts}", file=sys.stderr, flush=True)
+    return picked
 
 
 def _final_pct(workload: Workload, runs: list[SeedRun]) -> list[float]:
     return [100.0 * int(r.allocated_milli[-1]) / workload.total_gpu_milli for r in runs]
+
+
+def _seed_shares(runs: list[SeedRun], fgd: list[SeedRun], online: list[float]) -> tuple[float, ...]:
+    """Each seed's share (%) of FGD's gap to its online bound closed, at 130 % arrived."""
+    out = []
+    for run, base, bound in zip(runs, fgd, online, strict=True):
+        ours, theirs = alloc_at(run, 130), alloc_at(base, 130)
+        if ours is not None and theirs is not None and bound > theirs:
+            out.append((ours - theirs) / (bound - theirs) * 100)
+    return tuple(out)
 
 
 def main() -> int:
@@ -178,7 +234,25 @@ def main() -> int:
         help="1-GPU whole-GPU shapes among the extra pivots too (implies --pivots 2 at least, as"
         " kubegpu sim bound --whole-pivots)",
     )
+    ap.add_argument(
+        "--tightest",
+        action="store_true",
+        help="per seed, the lowest online bound cached under any pivot setting (the one asked for solved"
+        " only where none is)",
+    )
+    ap.add_argument(
+        "--plot", type=Path, help="draw the shares of FGD's gap closed per seed to this image file"
+    )
     args = ap.parse_args()
+    if args.plot is not None:
+        try:
+            check_plot_path(args.plot)
+        except InputError as exc:
+            print(f"sim_gap: {exc}", file=sys.stderr)
+            return 2
+    if args.tightest and args.no_bound_cache:
+        print("sim_gap: --tightest reads the bound cache; drop --no-bound-cache", file=sys.stderr)
+        return 2
     pivots = max(args.pivots, 2 if args.second_pivot or args.whole_pivots else 1)  # as kubegpu sim bound
     cache = None if args.no_bound_cache else args.bound_cache
     if trace_missing(args.data, "sim_gap"):
@@ -198,12 +272,15 @@ def main() -> int:
         4: ", online bound with up to four pivots",
         5: ", online bound with up to five pivots",
     }[pivots] + (" (whole-GPU shapes among them)" if args.whole_pivots else "")
+    if args.tightest:
+        how += "; per seed the tightest online bound cached (--tightest)"
     suffix = _KEY_SUFFIX[pivots] + ("/whole" if args.whole_pivots else "")  # the bound cache's key
     print(f"seeds {seeds[0]}-{seeds[-1]} ({len(seeds)}), inflate 1.3, ties node-order{how}\n")
     print("| variant | bound | FGD | kubegpu | FGD gap | kubegpu gap | share of FGD's gap closed |")
     print("|---|---|---|---|---|---|---|")
     online_rows: list[str] = []
     plan_rows: list[str] = []
+    shares: list[GapClosed] = []
     with tempfile.TemporaryDirectory() as tmp:
         for name in names:
             started = time.perf_counter()
@@ -214,14 +291,16 @@ def main() -> int:
                     path, gpushare_variant(pods, int(name.removeprefix("gpushare")), seed=VARIANT_SEED)
                 )
             workload = prepare(load_trace(nodes_path, path))
+            prefix = f"{name}/{_digest(nodes_path, path)}"
             pairs = cached_bounds(
                 workload,
                 seeds,
                 args.workers,
-                key=f"{name}/{_digest(nodes_path, path)}{suffix}",
+                key=f"{prefix}{suffix}",
                 cache=cache,
                 pivots=pivots,
                 whole=args.whole_pivots,
+                lowest_of=prefix if args.tightest else None,
             )
             request = SimRequest(
                 policies=(Policy.FGD, Policy.KUBEGPU, Policy.KUBEGPU_PLAN), seeds=seeds, workers=args.workers
@@ -254,6 +333,15 @@ def main() -> int:
                 for a, o in zip(_final_pct(workload, runs[Policy.KUBEGPU_PLAN]), online_pcts, strict=True)
             )
             goal = fgd + GOAL * (online - fgd)
+            for policy, mean in ((Policy.KUBEGPU, ours), (Policy.KUBEGPU_PLAN, planned)):
+                shares.append(
+                    GapClosed(
+                        workload=name,
+                        policy=policy.value,
+                        overall=(mean - fgd) / (online - fgd) * 100 if online > fgd else float("nan"),
+                        per_seed=_seed_shares(runs[policy], runs[Policy.FGD], online_pcts),
+                    )
+                )
             plan_rows.append(
                 f"| {name} | {online:.2f} | {fgd:.2f} | {ours:.2f} | {planned:.2f} | {planned - ours:+.2f} | "
                 f"{(planned - fgd) / (bound - fgd) * 100 if bound > fgd else float('nan'):.1f} % | "
@@ -290,6 +378,13 @@ def main() -> int:
     print("|---|---|---|---|---|---|---|---|---|---|")
     for row in plan_rows:
         print(row)
+    if args.plot is not None:
+        label = {1: "one pivot", 2: "two pivots", 3: "three pivots", 4: "up to four", 5: "up to five"}[pivots]
+        label += " with whole-GPU ones" if args.whole_pivots else ""
+        label = "the tightest cached per seed" if args.tightest else label
+        title = f"Seeds {seeds[0]}-{seeds[-1]}; online bound: {label}"
+        plot_gap_closed(shares, args.plot, goal_pct=GOAL * 100, title=title)
+        print(f"sim_gap: wrote {args.plot}", file=sys.stderr)
     return 0
 
 

@@ -70,6 +70,10 @@ def run_sim(
             f"--inflate must be 0 (no inflation) or a multiple of capacity up to {MAX_INFLATE:g},"
             f" got {inflate}"
         )
+    if plot is not None:
+        from kubegpu.sim.plot import check_plot_path
+
+        check_plot_path(plot)  # now, not after minutes of replays
     trace = resolve(nodes, pods)
     workload = prepare(load_trace(trace.nodes, trace.pods))
     runs = _run_with_progress(workload, request, quiet=as_json)

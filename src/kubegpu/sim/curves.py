@@ -17,7 +17,7 @@ import numpy as np
 from kubegpu.sim.replay import Order, SeedRun
 from kubegpu.sim.scoring import FloatArray, Policy
 
-__all__ = ["PolicySummary", "discrete_curve", "summarise"]
+__all__ = ["PolicySummary", "alloc_at", "discrete_curve", "summarise"]
 
 
 def discrete_curve(arrived_pct: FloatArray, value_pct: FloatArray, points: int) -> FloatArray:
@@ -45,6 +45,16 @@ def discrete_curve(arrived_pct: FloatArray, value_pct: FloatArray, points: int) 
                 continue
         out[x] = round(float(values[sel].mean()), 2)
     return out
+
+
+def alloc_at(run: SeedRun, pct: int, points: int = 131) -> float | None:
+    """One seed's allocation (% of the cluster's GPU) at ``pct`` % arrived: the value that
+    ``summarise`` averages over the seeds there (None where the curve has no point)."""
+    if not 0 <= pct < points:
+        return None
+    per_pct = run.total_gpu_milli / 100.0
+    value = discrete_curve(run.arrived_milli / per_pct, run.allocated_milli / per_pct, points)[pct]
+    return None if np.isnan(value) else float(value)
 
 
 def _mean_std(curves: Sequence[FloatArray]) -> tuple[FloatArray, FloatArray]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from kubegpu.sim.curves import discrete_curve, summarise
+from kubegpu.sim.curves import alloc_at, discrete_curve, summarise
 from kubegpu.sim.replay import replay
 from kubegpu.sim.scoring import Policy
 from kubegpu.sim.workload import prepare
@@ -46,6 +46,26 @@ def test_summary_averages_seeds_and_counts_failures_by_shape() -> None:
     failed = sum(n for _, n in s.failed_by_shape)
     assert failed == pytest.approx(np.mean([(~r.placed).sum() for r in runs]))
     assert s.unallocated_gpus(100) == pytest.approx((1 - mean_100 / 100) * 6, abs=0.06)
+
+
+def test_one_seeds_allocation_at_a_point_is_what_the_summary_averages() -> None:
+    nodes = [(f"n{i}", 64000, 1 << 20, 2, "G") for i in range(8)]
+    pods = [(f"p{i}", 1000, 10, 1, (100, 150, 250, 1000)[i % 4], "") for i in range(40)]
+    w = prepare(make_trace(nodes, pods))
+    runs = [replay(w, Policy.FGD, seed, inflate=1.3) for seed in (1, 2, 3)]
+    s = summarise(runs, w.shape_labels, points=131)
+    points = 0
+    for pct in range(131):
+        values = [v for run in runs if (v := alloc_at(run, pct)) is not None]
+        mean, _ = s.at(pct)
+        if values:  # the summary averages the seeds that have a point there
+            points += 1
+            assert mean == pytest.approx(float(np.mean(values)), abs=0.005 + 1e-9)  # rounded to 2 decimals
+        else:
+            assert mean is None
+    assert points > 100
+    assert alloc_at(runs[0], 131) is None  # past the curve's last point
+    assert alloc_at(runs[0], -1) is None
 
 
 def _curve_by_mask(arrived_pct: np.ndarray, value_pct: np.ndarray, points: int) -> np.ndarray:
