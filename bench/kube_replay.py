@@ -42,9 +42,11 @@ sys.path.insert(0, str(ROOT))
 from tests.e2e.rig.extender import ExtenderProcess, extender_entry  # noqa: E402
 from tests.e2e.rig.rig import Rig, RigError, build, preflight  # noqa: E402
 
+from kubegpu.errors import InputError  # noqa: E402
 from kubegpu.kubeapi import KubeApi  # noqa: E402
 from kubegpu.sim.curves import discrete_curve  # noqa: E402
 from kubegpu.sim.kube import KubeReplay, KubeReplayConfig, KubeRun, Outcome, differences  # noqa: E402
+from kubegpu.sim.plot import check_plot_path  # noqa: E402
 from kubegpu.sim.replay import replay  # noqa: E402
 from kubegpu.sim.scoring import Policy  # noqa: E402
 from kubegpu.sim.trace import load_trace  # noqa: E402
@@ -148,6 +150,15 @@ def main() -> int:
     parser.add_argument("--plot", type=Path, default=None, help="PNG: allocated GPU %% vs arrived %%")
     parser.add_argument("--json", type=Path, default=None, help="write every figure here")
     args = parser.parse_args()
+    # the run takes a quarter of an hour or more: refuse output paths it could not write now, not after
+    try:
+        if args.plot is not None:
+            check_plot_path(args.plot)
+        if args.json is not None and (args.json.is_dir() or not args.json.parent.is_dir()):
+            raise InputError(f"--json {args.json}: not a file in an existing folder")
+    except InputError as exc:
+        print(f"kube_replay: {exc}", file=sys.stderr)
+        return 2
     if trace_missing(args.data, "kube_replay"):
         return 0
     # a background job started by a shell ignores SIGINT: make SIGINT and SIGTERM stop the run with its
