@@ -122,20 +122,22 @@ def _digest(*paths: Path) -> str:
     return h.hexdigest()[:32]
 
 
-def _settings() -> tuple[str, ...]:
-    """Every bound cache key suffix (one per pivot setting)."""
-    return tuple(f"{suffix}{whole}" for suffix in _KEY_SUFFIX.values() for whole in ("", "/whole"))
+# every bound cache key suffix: one per pivot setting
+_SETTINGS = tuple(f"{suffix}{whole}" for suffix in _KEY_SUFFIX.values() for whole in ("", "/whole"))
 
 
-def tightest(stored: dict[str, list[float]], prefix: str, seed: int) -> tuple[float, str] | None:
-    """The lowest online bound ``stored`` holds for ``prefix`` (variant and digests) and ``seed``
-    under any pivot setting, and that setting's key suffix; None if it holds none."""
+def tightest(stored: dict[str, list[float]], prefix: str, seed: int) -> tuple[float, float, str] | None:
+    """(bound %, online bound %, key suffix) of the pivot setting whose online bound is the lowest
+    ``stored`` holds for ``prefix`` (variant and digests) and ``seed``; None if it holds none."""
     found = [
-        (values[1], suffix)
-        for suffix in _settings()
+        (values[1], values[0], suffix)
+        for suffix in _SETTINGS
         if len(values := stored.get(f"{prefix}{suffix}/{seed}", [])) == 2
     ]
-    return min(found) if found else None
+    if not found:
+        return None
+    online, offline, suffix = min(found)
+    return offline, online, suffix
 
 
 def cached_bounds(
@@ -182,9 +184,8 @@ def cached_bounds(
     for seed in seeds:
         low = tightest(stored, lowest_of, seed)
         assert low is not None  # solved above where none was cached
-        offline = next(v[0] for x in _settings() if len(v := stored.get(f"{lowest_of}{x}/{seed}", [])) == 2)
-        picked.append((offline, low[0]))
-        settings.append(low[1].strip("/") or "one pivot")
+        picked.append((low[0], low[1]))
+        settings.append(low[2].strip("/") or "one pivot")
     counts = ", ".join(f"{setting} {settings.count(setting)}" for setting in dict.fromkeys(settings))
     print(f"sim_gap: the tightest cached online bounds come from: {counts}", file=sys.stderr, flush=True)
     return picked
@@ -194,13 +195,18 @@ def _final_pct(workload: Workload, runs: list[SeedRun]) -> list[float]:
     return [100.0 * int(r.allocated_milli[-1]) / workload.total_gpu_milli for r in runs]
 
 
+def _share(allocated: float, fgd: float, bound: float) -> float:
+    """The share (%) of FGD's gap to ``bound`` that ``allocated`` closes (NaN without a gap)."""
+    return (allocated - fgd) / (bound - fgd) * 100 if bound > fgd else float("nan")
+
+
 def _seed_shares(runs: list[SeedRun], fgd: list[SeedRun], online: list[float]) -> tuple[float, ...]:
     """Each seed's share (%) of FGD's gap to its online bound closed, at 130 % arrived."""
     out = []
     for run, base, bound in zip(runs, fgd, online, strict=True):
         ours, theirs = alloc_at(run, 130), alloc_at(base, 130)
         if ours is not None and theirs is not None and bound > theirs:
-            out.append((ours - theirs) / (bound - theirs) * 100)
+            out.append(_share(ours, theirs, bound))
     return tuple(out)
 
 
@@ -314,7 +320,7 @@ def main() -> int:
             online_pcts = [o for _, o in pairs]
             bound = statistics.fmean(bound_pcts)
             sd = statistics.pstdev(bound_pcts)
-            closed = (ours - fgd) / (bound - fgd) * 100 if bound > fgd else float("nan")
+            closed = _share(ours, fgd, bound)
             print(
                 f"| {name} | {bound:.2f} ± {sd:.2f} | {fgd:.2f} | {ours:.2f} | {bound - fgd:.2f} | "
                 f"{bound - ours:.2f} | {closed:.1f} % |",
@@ -338,18 +344,18 @@ def main() -> int:
                     GapClosed(
                         workload=name,
                         policy=policy.value,
-                        overall=(mean - fgd) / (online - fgd) * 100 if online > fgd else float("nan"),
+                        overall=_share(mean, fgd, online),
                         per_seed=_seed_shares(runs[policy], runs[Policy.FGD], online_pcts),
                     )
                 )
             plan_rows.append(
                 f"| {name} | {online:.2f} | {fgd:.2f} | {ours:.2f} | {planned:.2f} | {planned - ours:+.2f} | "
-                f"{(planned - fgd) / (bound - fgd) * 100 if bound > fgd else float('nan'):.1f} % | "
-                f"{(planned - fgd) / (online - fgd) * 100 if online > fgd else float('nan'):.1f} % | "
+                f"{_share(planned, fgd, bound):.1f} % | "
+                f"{_share(planned, fgd, online):.1f} % | "
                 f"{goal:.2f} ({'met' if planned >= goal else 'not met'}) | "
                 f"{'yes' if plan_under else 'NO'} |"
             )
-            online_closed = (ours - fgd) / (online - fgd) * 100 if online > fgd else float("nan")
+            online_closed = _share(ours, fgd, online)
             online_rows.append(
                 f"| {name} | {bound:.2f} | {online:.2f} ± {statistics.pstdev(online_pcts):.2f} | {fgd:.2f} | "
                 f"{ours:.2f} | {target:.2f} | {'no' if target > online else 'yes'} | "
