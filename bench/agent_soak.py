@@ -39,6 +39,7 @@ import grpc
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+import benchcli
 from tests.integration.kubelet_double import KubeletDouble
 
 from kubegpu.deviceplugin.api import v1beta1_pb2 as pb
@@ -252,9 +253,9 @@ class Soak:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seconds", type=float, default=60.0)
-    parser.add_argument("--callers", type=int, default=64)
-    parser.add_argument("--restart-every", type=float, default=10.0)
+    parser.add_argument("--seconds", type=benchcli.positive, default=60.0)
+    parser.add_argument("--callers", type=benchcli.count, default=64)
+    parser.add_argument("--restart-every", type=benchcli.positive, default=10.0)
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="kgs-", dir="/tmp"))
     try:
@@ -264,4 +265,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    benchcli.run_main(main)

@@ -31,6 +31,7 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+import benchcli
 import numpy as np
 from openb import VARIANTS, default_data_dir, trace_missing, variant_workload, variants_and_seeds
 
@@ -165,4 +166,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    benchcli.run_main(main)

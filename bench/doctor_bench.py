@@ -18,6 +18,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+import benchcli
 from tests.unit.doctor.fakehost import FakeHost
 
 from kubegpu.doctor import node_report
@@ -57,13 +58,13 @@ def measure(root: Path, runs: int) -> tuple[list[float], int, int]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--runs", type=int, default=10)
-    parser.add_argument("--gpus", default="2,8")
+    parser.add_argument("--runs", type=benchcli.count, default=10)
+    parser.add_argument("--gpus", type=benchcli.counts, default="2,8", help="GPU counts, comma-separated")
     parser.add_argument("--live", action="store_true", help="also time the real host root /")
     args = parser.parse_args()
     rows = []
     with tempfile.TemporaryDirectory(prefix="doctor-bench-") as tmp:
-        for gpus in (int(g) for g in args.gpus.split(",")):
+        for gpus in args.gpus:
             for broken in (False, True):
                 root = Path(tmp) / f"{gpus}-{broken}"
                 build(root, gpus, broken=broken)
@@ -81,4 +82,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    benchcli.run_main(main)

@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import benchcli
 import grpc
 
 from kubegpu.dra.api import dra_v1_pb2 as pb
@@ -50,8 +51,8 @@ def percentile(values: list[float], q: float) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--claims", type=int, default=200)
-    parser.add_argument("--gpus", type=int, default=2, help="devices per claim (1-8)")
+    parser.add_argument("--claims", type=benchcli.count, default=200)
+    parser.add_argument("--gpus", type=int, choices=range(1, 9), default=2, help="devices per claim (1-8)")
     args = parser.parse_args()
     root = Path(tempfile.mkdtemp(prefix="kgdra-", dir="/tmp"))
     try:
@@ -116,4 +117,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    benchcli.run_main(main)

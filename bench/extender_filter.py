@@ -19,12 +19,12 @@ from __future__ import annotations
 import argparse
 import http.client
 import json
-import sys
 import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import benchcli
 import numpy as np
 from openb import NODES, PODS, default_data_dir, trace_missing
 
@@ -177,10 +177,13 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--data", type=Path, default=default_data_dir())
     parser.add_argument(
-        "--policy", action="append", help="kubegpu-plan (default), kubegpu, fgd, ... (repeatable)"
+        "--policy",
+        action="append",
+        choices=[p.value for p in Policy],
+        help="kubegpu-plan (default), kubegpu, fgd, ... (repeatable)",
     )
-    parser.add_argument("--seed", type=int, default=42)
-    parser.add_argument("--inflate", type=float, default=1.3)
+    parser.add_argument("--seed", type=benchcli.seed, default=42)
+    parser.add_argument("--inflate", type=benchcli.inflate, default=1.3)
     args = parser.parse_args()
     if trace_missing(args.data, "extender_filter"):
         return 0
@@ -190,4 +193,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    benchcli.run_main(main)

@@ -21,9 +21,9 @@ touched, the GPUs holding a single share, and the pods refused so far (docs/benc
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
+import benchcli
 import numpy as np
 from openb import VARIANTS, default_data_dir, trace_missing, variant_workload
 
@@ -43,7 +43,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", type=Path, default=default_data_dir())
     ap.add_argument("--variant", default="gpushare100")
-    ap.add_argument("--seed", type=int, default=42)
+    ap.add_argument("--seed", type=benchcli.seed, default=42)
     ap.add_argument("--policy", default=Policy.KUBEGPU_PLAN.value)
     ap.add_argument("--top", type=int, default=12)
     ap.add_argument("--pivots", type=int, default=1, help=f"the online bound's pivots, 1-{MAX_PIVOTS}")
@@ -194,4 +194,4 @@ def _print_timeline(workload: Workload, run: SeedRun) -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    benchcli.run_main(main)

@@ -275,14 +275,25 @@ def health_watch(agent_log: str) -> dict[str, Any] | None:
 # -- the dry run's stand-ins -----------------------------------------------------------------------
 
 
-def standin_env(source: str, workdir: Path, python: str) -> dict[str, str]:
-    """Environment under which the real pynvml loads the C stand-in playing ``source``, with an
-    ``nvidia-smi`` shim on PATH that prints the same machine as ``nvidia-smi -q -x``."""
+def standin_machine(source: str) -> Any:
+    """The machine the C stand-in plays for ``source`` (kubegpu from this checkout's src/, imported
+    only for the dry run); ``ValueError`` with the reason when ``source`` is no machine."""
     sys.path[:0] = [str(REPO), str(REPO / "src")]
     from tests.nvml_standin.__main__ import machine_of
+
+    from kubegpu.errors import KubegpuError
+
+    try:
+        return machine_of(source)
+    except KubegpuError as exc:
+        raise ValueError(str(exc)) from None
+
+
+def standin_env(machine: Any, workdir: Path, python: str) -> dict[str, str]:
+    """Environment under which the real pynvml loads the C stand-in playing ``machine``, with an
+    ``nvidia-smi`` shim on PATH that prints the same machine as ``nvidia-smi -q -x``."""
     from tests.nvml_standin.build import build
 
-    machine = machine_of(source)
     standin = build()
     machine_file = machine.write(workdir / "machine.txt")
     (workdir / "events").touch()
@@ -346,11 +357,22 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.out is None:
         parser.error("give --out DIR (or set OUT)")
-    args.out.mkdir(parents=True, exist_ok=True)
+    if not 0 < args.agent_seconds < float("inf"):
+        parser.error(f"--agent-seconds must be above 0, got {args.agent_seconds}")
+    machine = None
+    if args.standin:
+        try:
+            machine = standin_machine(args.standin)
+        except ValueError as exc:
+            parser.error(f"--standin: {exc}")
+    try:
+        args.out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        parser.error(f"--out {args.out}: cannot create the folder: {exc.strerror or exc}")
     t0 = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="kubegpu-smoke.") as tmp:
         work = Path(tmp)
-        env = standin_env(args.standin, work, args.python) if args.standin else dict(os.environ)
+        env = standin_env(machine, work, args.python) if machine is not None else dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join([str(REPO / "src"), str(REPO), env.get("PYTHONPATH", "")])
         env["PYTHONUNBUFFERED"] = "1"
         smoke = Smoke(out=args.out, env=env, python=args.python)

@@ -55,6 +55,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--python-version", default="3.12", help="the GPU machine's Python (default 3.12)")
     parser.add_argument("--with", dest="extra", action="append", default=[], help="one more distribution")
     args = parser.parse_args(argv)
+    try:
+        args.out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        parser.error(f"--out {args.out}: cannot create the folder: {exc.strerror or exc}")
     pins = closure([*ROOTS, *args.extra])
     specs = [f"{name}=={version}" for name, version in sorted(pins.items())]
     cmd = [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:"]

@@ -33,6 +33,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import benchcli
 import numpy as np
 from openb import NODES, PODS, default_data_dir, trace_missing
 
@@ -137,16 +138,18 @@ def headline(curve: np.ndarray, end_pct: float) -> float:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--data", type=Path, default=default_data_dir())
-    parser.add_argument("--seed", type=int, default=42)
-    parser.add_argument("--inflate", type=float, default=1.3)
-    parser.add_argument("--limit", type=int, default=None, help="only the first N arrivals (a short run)")
+    parser.add_argument("--seed", type=benchcli.seed, default=42)
+    parser.add_argument("--inflate", type=benchcli.inflate, default=1.3)
+    parser.add_argument(
+        "--limit", type=benchcli.count, default=None, help="only the first N arrivals (a short run)"
+    )
     parser.add_argument(
         "--scheduler",
         action="append",
         choices=SCHEDULERS + VARIANTS,
         help=f"repeatable; default: {', '.join(SCHEDULERS)}",
     )
-    parser.add_argument("--window", type=int, default=32)
+    parser.add_argument("--window", type=benchcli.count, default=32)
     parser.add_argument("--plot", type=Path, default=None, help="PNG: allocated GPU %% vs arrived %%")
     parser.add_argument("--json", type=Path, default=None, help="write every figure here")
     args = parser.parse_args()
@@ -313,4 +316,4 @@ def plot(rows: list[dict[str, Any]], path: Path, seed: int) -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    benchcli.run_main(main)

@@ -32,6 +32,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+import benchcli
 from tests.integration.podresources_double import FakeContainer, FakePod, PodResourcesDouble
 
 from kubegpu.sources.spec import load_node
@@ -158,7 +159,7 @@ def rss_without_metrics(work: Path, replicas: int) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
-    parser.add_argument("--scrapes", type=int, default=200)
+    parser.add_argument("--scrapes", type=benchcli.count, default=200)
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="kg-mb-", dir="/tmp"))
     double = PodResourcesDouble(work / "pod-resources" / "kubelet.sock").start()
@@ -185,4 +186,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    benchcli.run_main(main)

@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import benchcli
 import grpc
 
 from kubegpu.deviceplugin.api import v1beta1_pb2 as pb
@@ -63,9 +64,9 @@ def pct(samples: list[float], q: float) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=200)
+    parser.add_argument("--rounds", type=benchcli.count, default=200)
     parser.add_argument(
-        "--pods", type=int, default=110, help="pods bound to the node (kubelet's default max)"
+        "--pods", type=benchcli.count, default=110, help="pods bound to the node (kubelet's default max)"
     )
     args = parser.parse_args()
     config = AgentConfig(fractional=True)
@@ -135,4 +136,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    benchcli.run_main(main)

@@ -20,11 +20,12 @@ import sys
 import time
 from pathlib import Path
 
+import benchcli
 from openb import NODES, PODS, default_data_dir, trace_missing
 
 from kubegpu.sim.curves import PolicySummary
 from kubegpu.sim.replay import TieMode
-from kubegpu.sim.run import SimRequest, parse_seeds, run_all, summarise_all
+from kubegpu.sim.run import SimRequest, run_all, summarise_all
 from kubegpu.sim.scoring import Policy
 from kubegpu.sim.trace import load_trace
 from kubegpu.sim.workload import prepare
@@ -45,22 +46,26 @@ EMPTY_FRAG, EMPTY_TOL = 13.94, 0.05
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", type=Path, default=default_data_dir())
-    ap.add_argument("--seeds", default="42-51")
-    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--seeds", type=benchcli.seeds, default="42-51")
+    ap.add_argument("--workers", type=benchcli.count, default=2)
     ap.add_argument("--smoke", action="store_true", help="one seed (42), tolerance 1.0 point")
-    ap.add_argument("--ties", default="node-order,random", help="tie modes to run, comma-separated")
+    ap.add_argument(
+        "--ties",
+        type=benchcli.tie_modes,
+        default="node-order,random",
+        help="tie modes to run, comma-separated",
+    )
     args = ap.parse_args()
     if trace_missing(args.data, "sim_fidelity"):
         return 0
     nodes, pods = args.data / NODES, args.data / PODS
-    seeds = (42,) if args.smoke else parse_seeds(args.seeds)
+    seeds = (42,) if args.smoke else args.seeds
     loose = 1.0 if args.smoke else None
     workload = prepare(load_trace(nodes, pods))
     policies = (*PUBLISHED, Policy.KUBEGPU)
     failures: list[str] = []
     results: dict[TieMode, dict[Policy, PolicySummary]] = {}
-    for tie_name in args.ties.split(","):
-        tie = TieMode(tie_name.strip())
+    for tie in args.ties:
         started = time.perf_counter()
         request = SimRequest(policies=policies, seeds=seeds, inflate=1.3, tie=tie, workers=args.workers)
         runs = run_all(workload, request)
@@ -123,4 +128,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    benchcli.run_main(main)

@@ -57,6 +57,7 @@ import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
+import benchcli
 from openb import NODES, PODS, default_data_dir, trace_missing
 
 import kubegpu.sim.bound as bound_module
@@ -140,6 +141,25 @@ def tightest(stored: dict[str, list[float]], prefix: str, seed: int) -> tuple[fl
     return offline, online, suffix
 
 
+def read_cache(cache: Path) -> dict[str, list[float]]:
+    """The bounds ``cache`` holds (none while it does not exist); ``InputError`` if it cannot be read
+    or is not a bound cache: a file of something else is never overwritten."""
+    if not cache.exists():
+        return {}
+    try:
+        loaded = json.loads(cache.read_text(encoding="utf-8"))
+        if isinstance(loaded, dict):
+            return {k: [float(x) for x in v] for k, v in loaded.items()}
+    except OSError as exc:
+        raise InputError(f"--bound-cache {cache}: cannot read: {exc.strerror or exc}") from exc
+    except (ValueError, TypeError):  # not UTF-8, not JSON, not lists of numbers
+        pass
+    raise InputError(
+        f"--bound-cache {cache}: not a bound cache (sim_gap's JSON of bounds per seed); name another "
+        "file, or pass --no-bound-cache"
+    )
+
+
 def cached_bounds(
     workload: Workload,
     seeds: tuple[int, ...],
@@ -154,16 +174,7 @@ def cached_bounds(
     """(bound %, online bound %) per seed, from ``cache`` where it holds them for ``key``; the rest
     solved and stored. With ``lowest_of`` (the key without its pivot setting) each online bound is
     the lowest the cache holds for that prefix and the seed (``--tightest``)."""
-    stored: dict[str, list[float]] = {}
-    if cache is not None and cache.is_file():
-        try:
-            stored = {
-                k: [float(x) for x in v]
-                for k, v in json.loads(cache.read_text()).items()
-                if isinstance(v, list)
-            }
-        except (ValueError, AttributeError, TypeError):
-            print(f"sim_gap: {cache} is not a bound cache; solving every bound again", file=sys.stderr)
+    stored = read_cache(cache) if cache is not None else {}
     missing = tuple(
         s
         for s in seeds
@@ -173,10 +184,12 @@ def cached_bounds(
     for seed, result in zip(missing, solved, strict=True):
         stored[f"{key}/{seed}"] = [result.offline_pct, result.bound_pct]
     if cache is not None and missing:
-        cache.parent.mkdir(parents=True, exist_ok=True)
         tmp = cache.with_suffix(".tmp")
-        tmp.write_text(json.dumps(stored, indent=0, sort_keys=True))
-        os.replace(tmp, cache)
+        try:
+            tmp.write_text(json.dumps(stored, indent=0, sort_keys=True))
+            os.replace(tmp, cache)
+        except OSError as exc:
+            raise InputError(f"--bound-cache {cache}: cannot write: {exc.strerror or exc}") from exc
     if lowest_of is None:
         return [(stored[f"{key}/{s}"][0], stored[f"{key}/{s}"][1]) for s in seeds]
     picked: list[tuple[float, float]] = []
@@ -213,10 +226,10 @@ def _seed_shares(runs: list[SeedRun], fgd: list[SeedRun], online: list[float]) -
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", type=Path, default=default_data_dir())
-    ap.add_argument("--seeds", default="42-51")
+    ap.add_argument("--seeds", type=benchcli.seeds, default="42-51")
     ap.add_argument("--tune", action="store_true", help="seeds 0-9 (the tuning set)")
     ap.add_argument("--held-out", action="store_true", help="seeds 100-109 (held out)")
-    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--workers", type=benchcli.count, default=2)
     ap.add_argument("--variants", default=",".join(VARIANTS))
     ap.add_argument(
         "--bound-cache", type=Path, default=Path.home() / ".cache" / "kubegpu" / "sim_gap_bounds.json"
@@ -251,11 +264,7 @@ def main() -> int:
     )
     args = ap.parse_args()
     if args.plot is not None:
-        try:
-            check_plot_path(args.plot)
-        except InputError as exc:
-            print(f"sim_gap: {exc}", file=sys.stderr)
-            return 2
+        check_plot_path(args.plot)
     if args.tightest and args.no_bound_cache:
         print("sim_gap: --tightest reads the bound cache; drop --no-bound-cache", file=sys.stderr)
         return 2
@@ -263,8 +272,11 @@ def main() -> int:
     cache = None if args.no_bound_cache else args.bound_cache
     if trace_missing(args.data, "sim_gap"):
         return 0
+    if cache is not None:  # now, not after the first variant's minutes of solving
+        benchcli.check_out_file("--bound-cache", cache)
+        read_cache(cache)
     nodes_path, pods_path = args.data / NODES, args.data / PODS
-    seeds = parse_seeds("0-9" if args.tune else "100-109" if args.held_out else args.seeds)
+    seeds = parse_seeds("0-9") if args.tune else parse_seeds("100-109") if args.held_out else args.seeds
     names = [v.strip() for v in args.variants.split(",") if v.strip()]
     unknown = [v for v in names if v not in VARIANTS]
     if unknown:
@@ -395,4 +407,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    benchcli.run_main(main)

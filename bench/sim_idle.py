@@ -15,13 +15,13 @@ milli; the last row of each policy sums the cluster. Without the trace it prints
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
+import benchcli
 from openb import VARIANTS, default_data_dir, trace_missing, variant_workload
 
 from kubegpu.sim.idle import ClassIdle, idle_by_class, mean_by_class
-from kubegpu.sim.run import SimRequest, parse_seeds, run_all
+from kubegpu.sim.run import SimRequest, run_all
 from kubegpu.sim.scoring import MILLI, Policy
 
 
@@ -54,15 +54,17 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", type=Path, default=default_data_dir())
     ap.add_argument("--variant", default="gpushare100", choices=VARIANTS)
-    ap.add_argument("--seeds", default="0-2")
-    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--seeds", type=benchcli.seeds, default="0-2")
+    ap.add_argument("--workers", type=benchcli.count, default=2)
     ap.add_argument("--policy", action="append", choices=[p.value for p in Policy])
-    ap.add_argument("--classes", type=int, default=6, help="node classes shown per policy (the largest)")
+    ap.add_argument(
+        "--classes", type=benchcli.count, default=6, help="node classes shown per policy (the largest)"
+    )
     args = ap.parse_args()
     if trace_missing(args.data, "sim_idle"):
         return 0
     policies = tuple(Policy(p) for p in (args.policy or ["fgd", "kubegpu", "kubegpu-plan"]))
-    seeds = parse_seeds(args.seeds)
+    seeds = args.seeds
     workload = variant_workload(args.data, args.variant)
     runs = run_all(workload, SimRequest(policies=policies, seeds=seeds, workers=args.workers))
     print(
@@ -81,4 +83,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    benchcli.run_main(main)

@@ -17,13 +17,13 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 from pathlib import Path
 
+import benchcli
 from openb import VARIANTS, default_data_dir, trace_missing, variant_workload
 
 from kubegpu.sim.idle import KindRefusals, refused_by_kind
-from kubegpu.sim.run import SimRequest, parse_seeds, run_all
+from kubegpu.sim.run import SimRequest, run_all
 from kubegpu.sim.scoring import Policy
 
 
@@ -55,8 +55,8 @@ def main() -> int:
     ap.add_argument(
         "--variants", default="gpushare60,gpushare80", help="comma-separated: " + ", ".join(VARIANTS)
     )
-    ap.add_argument("--seeds", default="42-51")
-    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--seeds", type=benchcli.seeds, default="42-51")
+    ap.add_argument("--workers", type=benchcli.count, default=2)
     ap.add_argument("--policy", action="append", choices=[p.value for p in Policy])
     args = ap.parse_args()
     variants = [v for v in args.variants.split(",") if v]
@@ -68,7 +68,7 @@ def main() -> int:
     if trace_missing(args.data, "sim_refusals"):
         return 0
     policies = tuple(Policy(p) for p in (args.policy or ["fgd", "kubegpu", "kubegpu-plan"]))
-    seeds = parse_seeds(args.seeds)
+    seeds = args.seeds
     for variant in variants:
         workload = variant_workload(args.data, variant)
         runs = run_all(workload, SimRequest(policies=policies, seeds=seeds, workers=args.workers))
@@ -88,4 +88,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    benchcli.run_main(main)

@@ -35,6 +35,7 @@ import sys
 import time
 from pathlib import Path
 
+import benchcli
 from openb import NODES, PODS, default_data_dir, trace_missing
 
 
@@ -59,7 +60,8 @@ def kubegpu(*args: str, src: Path | None = None) -> tuple[float, float, dict[str
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     if res.returncode != 0:
-        raise SystemExit(f"kubegpu sim failed ({res.returncode}): {res.stderr.strip()}")
+        print(f"sim_speed.py: kubegpu sim failed: {res.stderr.strip()}", file=sys.stderr)
+        sys.exit(res.returncode)  # 2 for a bad trace, as kubegpu sim
     doc: dict[str, object] = json.loads(res.stdout)
     return wall, cpu, doc
 
@@ -118,14 +120,20 @@ def profile(base: list[str]) -> None:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", type=Path, default=default_data_dir())
-    ap.add_argument("--seeds", default="42-51")
-    ap.add_argument("--workers", type=int, default=2)
-    ap.add_argument("--repeat", type=int, default=3, help="runs of the one-seed measurement (best is shown)")
-    ap.add_argument("--repeat-all", type=int, default=1, help="runs of the all-policies measurement")
+    ap.add_argument("--seeds", type=benchcli.seeds, default="42-51")
+    ap.add_argument("--workers", type=benchcli.count, default=2)
+    ap.add_argument(
+        "--repeat", type=benchcli.count, default=3, help="runs of the one-seed measurement (best is shown)"
+    )
+    ap.add_argument(
+        "--repeat-all", type=benchcli.count, default=1, help="runs of the all-policies measurement"
+    )
     ap.add_argument("--profile", action="store_true", help="also print the import and function profile")
     ap.add_argument("--baseline", type=Path, help="also measure the kubegpu package in this src folder")
     ap.add_argument("--skip-all", action="store_true", help="only the one-seed measurement")
     args = ap.parse_args()
+    if args.baseline is not None and not (args.baseline / "kubegpu").is_dir():
+        ap.error(f"--baseline {args.baseline}: no kubegpu package in it; name a checkout's src folder")
     if trace_missing(args.data, "sim_speed"):
         return 0
     nodes, pods = args.data / NODES, args.data / PODS
@@ -134,7 +142,8 @@ def main() -> int:
         "kubegpu-plan": [*base, "--policy", "kubegpu-plan", "--seeds", "42"],
         "fgd": [*base, "--policy", "fgd", "--seeds", "42"],
     }
-    every_args = [*base, "--seeds", args.seeds, "--workers", str(args.workers)]
+    seeds = ",".join(map(str, args.seeds))
+    every_args = [*base, "--seeds", seeds, "--workers", str(args.workers)]
     variants: list[tuple[str, Path | None]] = [("this checkout", None)]
     if args.baseline is not None:
         variants.insert(0, (f"baseline {args.baseline}", args.baseline))
@@ -142,13 +151,13 @@ def main() -> int:
     ones: dict[tuple[str, str], list[tuple[float, float, dict[str, object]]]] = {
         (name, p): [] for name, _ in variants for p in ones_args
     }
-    for _ in range(max(1, args.repeat)):
+    for _ in range(args.repeat):
         for name, src in variants:  # interleaved: each variant sees the same minutes
             for policy, one in ones_args.items():
                 ones[(name, policy)].append(kubegpu(*one, src=src))
     runs_all: dict[str, list[tuple[float, float, dict[str, object]]]] = {name: [] for name, _ in variants}
     if not args.skip_all:
-        for _ in range(max(1, args.repeat_all)):
+        for _ in range(args.repeat_all):
             for name, src in variants:
                 runs_all[name].append(kubegpu(*every_args, src=src))
     alls = {name: min(runs, key=lambda r: r[0]) for name, runs in runs_all.items() if runs}
@@ -174,7 +183,7 @@ def main() -> int:
             walls = ", ".join(f"{r[0]:.1f}" for r in runs)
             label = f"best of {len(runs)}, all: {walls}" if len(runs) > 1 else ""
             print(
-                f"| {name} | `kubegpu sim --seeds {args.seeds} --workers {args.workers}` (7 policies"
+                f"| {name} | `kubegpu sim --seeds {seeds} --workers {args.workers}` (7 policies"
                 f"{'; ' + label if label else ''}) | {wall:.1f} | {cpu:.1f} | 20 |"
             )
     if alls:
@@ -193,4 +202,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    benchcli.run_main(main)

@@ -26,12 +26,13 @@ import tempfile
 import time
 from pathlib import Path
 
+import benchcli
 from openb import NODES, PODS, default_data_dir, trace_missing
 from sim_fidelity import PUBLISHED, TOLERANCE
 
 from kubegpu.sim.curves import PolicySummary
 from kubegpu.sim.replay import Order, TieMode
-from kubegpu.sim.run import SimRequest, parse_seeds, run_all, summarise_all
+from kubegpu.sim.run import SimRequest, run_all, summarise_all
 from kubegpu.sim.scoring import Policy
 from kubegpu.sim.trace import load_nodes, load_pods, load_trace, write_pods
 from kubegpu.sim.variants import VariantKnobs, make_variant, pod_mix
@@ -287,13 +288,21 @@ def variants(
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", type=Path, default=default_data_dir())
-    ap.add_argument("--seeds", default="42-51")
-    ap.add_argument("--held-out", default="100-109", help="extra seeds for the ordering table ('' = none)")
-    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--seeds", type=benchcli.seeds, default="42-51")
+    ap.add_argument(
+        "--held-out",
+        type=benchcli.seeds_or_none,
+        default="100-109",
+        help="extra seeds for the ordering table ('' = none)",
+    )
+    ap.add_argument("--workers", type=benchcli.count, default=2)
     ap.add_argument("--only", default=",".join(SECTIONS))
     ap.add_argument("--sharing-only", action="store_true", help="variants: only the sharing-heavy ones")
     ap.add_argument(
-        "--variant-ties", default="node-order,random", help="variants: tie modes, comma-separated"
+        "--variant-ties",
+        type=benchcli.tie_modes,
+        default="node-order,random",
+        help="variants: tie modes, comma-separated",
     )
     args = ap.parse_args()
     if trace_missing(args.data, "sim_tables"):
@@ -306,8 +315,7 @@ def main() -> int:
             f"sim_tables: unknown section(s) {', '.join(sorted(unknown))}; choose from {', '.join(SECTIONS)}"
         )
         return 2
-    seeds = parse_seeds(args.seeds)
-    held_out = parse_seeds(args.held_out) if args.held_out else ()
+    seeds, held_out = args.seeds, args.held_out
     workload = prepare(load_trace(nodes, pods))
     status = 0
     base = None
@@ -322,7 +330,7 @@ def main() -> int:
         seeds,
         args.workers,
         sharing_only=args.sharing_only,
-        ties=tuple(TieMode(t.strip()) for t in args.variant_ties.split(",")),
+        ties=args.variant_ties,
     ):
         status = 1
     if "speed" in only:
@@ -344,4 +352,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    benchcli.run_main(main)

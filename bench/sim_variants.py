@@ -11,14 +11,14 @@ For each variant it prints the allocation at 130 % arrived (mean +- std over the
 from __future__ import annotations
 
 import argparse
-import sys
 import tempfile
 from pathlib import Path
 
+import benchcli
 from openb import NODES, PODS, default_data_dir, trace_missing
 
 from kubegpu.sim.replay import TieMode
-from kubegpu.sim.run import SimRequest, parse_seeds, run_all, summarise_all
+from kubegpu.sim.run import SimRequest, run_all, summarise_all
 from kubegpu.sim.scoring import Policy
 from kubegpu.sim.trace import load_nodes, load_pods, load_trace, write_pods
 from kubegpu.sim.variants import VariantKnobs, make_variant, pod_mix
@@ -35,13 +35,13 @@ VARIANTS = {
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", type=Path, default=default_data_dir())
-    ap.add_argument("--seeds", default="42-51")
-    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--seeds", type=benchcli.seeds, default="42-51")
+    ap.add_argument("--workers", type=benchcli.count, default=2)
     args = ap.parse_args()
     if trace_missing(args.data, "sim_variants"):
         return 0
     nodes_path, pods_path = args.data / NODES, args.data / PODS
-    seeds = parse_seeds(args.seeds)
+    seeds = args.seeds
     nodes, pods = load_nodes(nodes_path), load_pods(pods_path)
     print(
         "| variant | cpu-only / shared / multi / pinned | fgd node-order | fgd random | kubegpu node-order "
@@ -75,4 +75,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    benchcli.run_main(main)

@@ -13,7 +13,15 @@ from typing import Annotated
 
 import typer
 
-from kubegpu.cli.simrun import ALL_POLICIES, bounds, check_inflate, online_bounds, render_bound, run_sim
+from kubegpu.cli.simrun import (
+    ALL_POLICIES,
+    bounds,
+    check_inflate,
+    check_node_level,
+    online_bounds,
+    render_bound,
+    run_sim,
+)
 from kubegpu.errors import InputError
 
 
@@ -87,8 +95,8 @@ def register(app: typer.Typer) -> None:
         plot: Annotated[
             Path | None, typer.Option("--plot", help="Write the curves to this PNG file.")
         ] = None,
-        out: Annotated[
-            Path | None,
+        out: Annotated[  # text, not a Path: Path("") would quietly be the current folder
+            str | None,
             typer.Option("--out", help="Write summary.json, curves.csv and failed_pods.csv here."),
         ] = None,
         with_bound: Annotated[
@@ -294,6 +302,8 @@ def register(app: typer.Typer) -> None:
         from kubegpu.sim.bound import NODE_LEVEL_CPU_STEP, bound_json
 
         step = NODE_LEVEL_CPU_STEP if node_level else None
+        if step is not None:
+            check_node_level(workload, step)
         joint = max(pivots, 2 if second_pivot or whole_pivots else 1)
         if online or joint > 1:
             from kubegpu.sim.online_bound import with_online

@@ -19,6 +19,7 @@ from typing import Any
 from kubegpu.errors import InputError
 
 MAX_INFLATE = 10.0  # arrivals of 10x the GPU capacity: every curve is flat long before
+MAX_NODE_LEVEL_CORES = 1024  # `sim bound --node-level`: 4,096 grid steps of 0.25 core, a few 100 MB
 # What `kubegpu sim` replays by default: the artifact's six and kubegpu's default placement, the
 # plan-guided `kubegpu-plan`; `kubegpu` (its score without the plan) stays reachable by name.
 DEFAULT_POLICIES = ("random", "dotprod", "clustering", "packing", "bestfit", "fgd", "kubegpu-plan")
@@ -37,7 +38,7 @@ def run_sim(
     workers: int,
     as_json: bool,
     plot: Path | None,
-    out: Path | None,
+    out: Path | str | None,
     with_bound: bool,
 ) -> None:
     """Replay a trace under placement policies and print (or write) the results."""
@@ -65,11 +66,9 @@ def run_sim(
     )
     if workers < 1:
         raise InputError(f"--workers must be at least 1, got {workers}")
-    if not 0 <= inflate <= MAX_INFLATE:
-        raise InputError(
-            f"--inflate must be 0 (no inflation) or a multiple of capacity up to {MAX_INFLATE:g},"
-            f" got {inflate}"
-        )
+    check_inflate(inflate)
+    if out is not None:
+        check_out_dir(out)
     if plot is not None:
         from kubegpu.sim.plot import check_plot_path
 
@@ -97,7 +96,7 @@ def run_sim(
             bound_pct=bound_pct,
         )
     if out is not None:
-        _write_out(out, summaries, document)
+        _write_out(Path(out), summaries, document)
     if as_json:
         print(json.dumps(document))
     else:
@@ -220,7 +219,29 @@ def _write_out(out: Path, summaries: list[Any], document: dict[str, Any]) -> Non
         raise InputError(f"--out {out}: cannot write: {exc.strerror or exc}") from exc
 
 
+def check_out_dir(out: Path | str) -> None:
+    """Refuse an ``--out`` that cannot be a folder of results (checked before any replay runs)."""
+    if not str(out):  # typer passes the text: Path("") would be "." (the current folder)
+        raise InputError("--out: empty path; name the folder for summary.json, curves.csv, failed_pods.csv")
+    if Path(out).exists() and not Path(out).is_dir():
+        raise InputError(f"--out {out}: is a file; name a folder for the results")
+
+
+def check_node_level(workload: Any, cpu_step: float) -> None:
+    """Refuse ``--node-level`` on a node too large for its core grid (memory grows with its square)."""
+    gpu_rows = [i for i, gpus in enumerate(workload.node_gpus) if gpus > 0]
+    row = max(gpu_rows, key=lambda i: int(workload.node_cpu_milli[i]))
+    cores = int(workload.node_cpu_milli[row]) / 1000
+    if cores > MAX_NODE_LEVEL_CORES:
+        raise InputError(
+            f"--node-level: node {workload.node_names[row]} has {cores:,g} cores; the node-level bound "
+            f"takes GPU nodes of up to {MAX_NODE_LEVEL_CORES:,} cores on its {cpu_step:g}-core grid "
+            "(leave out --node-level)"
+        )
+
+
 def check_inflate(inflate: float) -> None:
+    """Refuse an ``--inflate`` outside 0..MAX_INFLATE (NaN included)."""
     if not 0 <= inflate <= MAX_INFLATE:
         raise InputError(
             f"--inflate must be 0 (no inflation) or a multiple of capacity up to {MAX_INFLATE:g},"

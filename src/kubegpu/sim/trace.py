@@ -11,6 +11,7 @@ it) and, in the default trace, ``qos, pod_phase, creation_time, deletion_time, s
 from __future__ import annotations
 
 import csv
+import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,7 +19,9 @@ from pathlib import Path
 from kubegpu.errors import TraceError
 
 __all__ = [
+    "MAX_CPU_MILLI",
     "MAX_GPUS_PER_NODE",
+    "MAX_MEMORY_MIB",
     "MILLI_PER_GPU",
     "NODE_COLUMNS",
     "POD_COLUMNS",
@@ -34,6 +37,13 @@ __all__ = [
 
 MILLI_PER_GPU = 1000
 MAX_GPUS_PER_NODE = 16
+# Upper limits of a node's or a pod's CPU and memory: 2^40 milli-cores (about a billion cores) and
+# 2^40 MiB (1 EiB) are far beyond any real machine, yet far enough below 2^63 that sums over millions
+# of nodes still fit the replay's 64-bit integers (and every value is exact as a float).
+MAX_CPU_MILLI = 2**40
+MAX_MEMORY_MIB = 2**40
+_INTEGER = re.compile(r"-?[0-9]+")  # plain ASCII decimal; int() alone also takes '1_000', '+5', '١٢٣'
+_LONGEST = 24  # characters of an integer cell read as they are; longer ones are out of every range
 NODE_COLUMNS = ("sn", "cpu_milli", "memory_mib", "gpu", "model")
 POD_COLUMNS = ("name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli")  # required
 POD_WRITTEN_COLUMNS = (*POD_COLUMNS, "gpu_spec")
@@ -126,15 +136,22 @@ def _rows(path: Path, required: Sequence[str]) -> Iterator[tuple[int, dict[str, 
             raise TraceError(f"{path}: cannot read: {exc.strerror or exc}") from exc
 
 
-def _int(path: Path, line: int, row: dict[str, str], column: str, *, lo: int, hi: int | None = None) -> int:
+def _int(
+    path: Path, line: int, row: dict[str, str], column: str, *, lo: int, hi: int | None = None, limit: int = 0
+) -> int:
+    """The cell as a plain ASCII decimal integer in ``lo..hi`` (the schema's range) and at most
+    ``limit`` (a sanity limit, far below overflow); a ``TraceError`` naming file, line and column."""
     raw = row[column].strip()
-    try:
-        value = int(raw)
-    except ValueError:
-        raise TraceError(f"{path}:{line}: column {column!r}: {raw!r} is not an integer") from None
+    shown = raw if len(raw) <= _LONGEST else f"{raw[:20]}... ({len(raw)} characters)"
+    if not _INTEGER.fullmatch(raw):
+        raise TraceError(f"{path}:{line}: column {column!r}: {shown!r} is not an integer")
+    # a longer digit string is beyond every range and limit (and int() refuses 4,300 digits and more)
+    value = int(raw) if len(raw) <= _LONGEST else (-1 if raw.startswith("-") else 10**_LONGEST)
     if value < lo or (hi is not None and value > hi):
         bound = f"{lo}..{hi}" if hi is not None else f">= {lo}"
-        raise TraceError(f"{path}:{line}: column {column!r}: {value} is out of range ({bound})")
+        raise TraceError(f"{path}:{line}: column {column!r}: {shown} is out of range ({bound})")
+    if limit and value > limit:
+        raise TraceError(f"{path}:{line}: column {column!r}: {shown} is above the limit of {limit:,}")
     return value
 
 
@@ -157,8 +174,8 @@ def load_nodes(path: str | Path) -> tuple[NodeRecord, ...]:
         nodes.append(
             NodeRecord(
                 name=name,
-                cpu_milli=_int(p, line, row, "cpu_milli", lo=0),
-                memory_mib=_int(p, line, row, "memory_mib", lo=0),
+                cpu_milli=_int(p, line, row, "cpu_milli", lo=0, limit=MAX_CPU_MILLI),
+                memory_mib=_int(p, line, row, "memory_mib", lo=0, limit=MAX_MEMORY_MIB),
                 gpu_count=gpus,
                 gpu_model=model if gpus > 0 else "",
             )
@@ -193,12 +210,15 @@ def _fast_pods(p: Path) -> tuple[PodRecord, ...] | None:
                     continue
                 return None
             name = row[i_name].strip()
+            digits = row[i_cpu] + row[i_mem] + row[i_num] + row[i_milli]
+            if not (digits.isascii() and digits.isdigit()):  # not only plain ASCII digits: no '1_000'
+                return None
             cpu, mem = int(row[i_cpu]), int(row[i_mem])
             num, milli = int(row[i_num]), int(row[i_milli])
             if (
                 not name
-                or cpu < 0
-                or mem < 0
+                or cpu > MAX_CPU_MILLI
+                or mem > MAX_MEMORY_MIB
                 or not 0 <= num <= MAX_GPUS_PER_NODE
                 or not 0 <= milli <= MILLI_PER_GPU
                 or (num == 0) != (milli == 0)
@@ -243,8 +263,8 @@ def load_pods(path: str | Path) -> tuple[PodRecord, ...]:
         pods.append(
             PodRecord(
                 name=name,
-                cpu_milli=_int(p, line, row, "cpu_milli", lo=0),
-                memory_mib=_int(p, line, row, "memory_mib", lo=0),
+                cpu_milli=_int(p, line, row, "cpu_milli", lo=0, limit=MAX_CPU_MILLI),
+                memory_mib=_int(p, line, row, "memory_mib", lo=0, limit=MAX_MEMORY_MIB),
                 num_gpu=num_gpu,
                 gpu_milli=gpu_milli,
                 gpu_spec=spec,

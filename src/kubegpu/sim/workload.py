@@ -9,6 +9,7 @@ with the artifact's stop check. ``node_order`` is the seed's fixed node order th
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -143,8 +144,8 @@ def arrivals(workload: Workload, seed: int, inflate: float) -> IntArray:
     below the trace's own demand, random pods are removed until the demand fits instead; with 0 the
     shuffled trace is replayed as it is.
     """
-    if inflate < 0:
-        raise InputError(f"--inflate must be 0 (no inflation) or positive, got {inflate}")
+    if not math.isfinite(inflate) or inflate < 0:  # NaN would never stop the loop below
+        raise InputError(f"--inflate must be 0 (no inflation) or a positive number, got {inflate}")
     n = len(workload.pod_shape)
     order = seed_stream(seed, STREAM_SHUFFLE).permutation(n).astype(np.int64)
     if inflate == 0:

@@ -64,10 +64,23 @@ def test_bound_bad_flags_are_input_errors(tmp_path: Path) -> None:
     for extra, fragment in (
         (["--seeds", "5-1"], "ends before it starts"),
         (["--inflate", "-1"], "--inflate"),
+        (["--inflate", "nan"], "--inflate"),
     ):
         res = run_cli("sim", "bound", "--nodes", str(nodes), "--pods", str(pods), *extra)
         assert res.returncode == 2, extra
         assert fragment in res.stderr and "Traceback" not in res.stderr
+
+
+def test_node_level_refuses_a_node_too_large_for_its_core_grid(tmp_path: Path) -> None:
+    _, pods = trace_files(tmp_path)
+    nodes = tmp_path / "big.csv"
+    nodes.write_text("sn,cpu_milli,memory_mib,gpu,model\nsmall,32000,65536,8,T4\nhuge,2000000,65536,8,T4\n")
+    res = run_cli("sim", "bound", "--nodes", str(nodes), "--pods", str(pods), "--seeds", "1", "--node-level")
+    assert res.returncode == 2 and "Traceback" not in res.stderr
+    assert res.stderr.strip().splitlines() == [
+        "kubegpu: error: --node-level: node huge has 2,000 cores; the node-level bound takes GPU nodes of "
+        "up to 1,024 cores on its 0.25-core grid (leave out --node-level)"
+    ]
 
 
 def test_variant_preset_writes_the_same_file_for_the_same_seed(tmp_path: Path) -> None:

@@ -152,12 +152,27 @@ def test_bad_flags_are_input_errors(tmp_path: Path) -> None:
         (["--tie", "coin"], "choose node-order or random"),
         (["--order", "alphabetical"], "choose auto, none or crc"),
         (["--workers", "0"], "at least 1"),
+        (["--inflate", "nan"], "--inflate must be 0"),
+        (["--inflate", "inf"], "--inflate must be 0"),
+        (["--inflate", "-1"], "--inflate must be 0"),
+        (["--out", ""], "--out: empty path"),
+        (["--out", str(pods)], f"--out {pods}: is a file"),
     ):
         res = run_cli("sim", "--nodes", str(nodes), "--pods", str(pods), *extra)
         assert res.returncode == 2, extra
         assert fragment in res.stderr and "Traceback" not in res.stderr
     res = run_cli("sim", "--pods", str(pods))
     assert res.returncode == 2 and "--nodes" in res.stderr
+
+
+def test_an_empty_out_writes_nothing_in_the_current_folder(tmp_path: Path) -> None:
+    nodes, pods = trace_files(tmp_path)
+    args = [sys.executable, "-m", "kubegpu", "sim", "--nodes", str(nodes), "--pods", str(pods), "--out="]
+    res = subprocess.run(args, capture_output=True, text=True, timeout=110, check=False, cwd=tmp_path)
+    assert res.returncode == 2 and res.stderr.strip().splitlines() == [
+        "kubegpu: error: --out: empty path; name the folder for summary.json, curves.csv, failed_pods.csv"
+    ]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["nodes.csv", "pods.csv"]
 
 
 def test_variant_writes_a_loadable_pod_list_with_the_asked_mix(tmp_path: Path) -> None:

@@ -58,6 +58,13 @@ def test_bad_input_is_one_line_and_exit_2(cli: Runner, trace: tuple[Path, Path],
         "sim", "kube", "--nodes", str(nodes), "--pods", str(pods), "--scheduler-name", "x", "--limit", "0"
     )
     assert result.code == 2 and "--limit must be at least 1" in result.err
+    for inflate in ("nan", "inf", "-1"):  # refused before the trace is read or a node is created
+        result = cli("sim", "kube", "--nodes", str(nodes), "--pods", str(pods), "--scheduler-name", "x",
+                     "--inflate", inflate)  # fmt: skip
+        assert (
+            result.code == 2
+            and f"--inflate must be 0 or a positive number, got {float(inflate)}" in result.err
+        )
     bad = tmp_path / "bad.csv"
     bad.write_text("sn,cpu_milli,memory_mib,gpu,model\nn0,lots,65536,2,T4\n")
     result = cli("sim", "kube", "--nodes", str(bad), "--pods", str(pods), "--scheduler-name", "x")

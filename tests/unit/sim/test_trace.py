@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from kubegpu.errors import InputError, TraceError
-from kubegpu.sim.trace import load_nodes, load_pods, load_trace
+from kubegpu.sim.trace import MAX_CPU_MILLI, MAX_MEMORY_MIB, load_nodes, load_pods, load_trace
 
 NODES = "sn,cpu_milli,memory_mib,gpu,model\nn0,32000,65536,2,T4\nn1,8000,16384,0,\n"
 PODS = (
@@ -98,3 +98,62 @@ def test_cluster_without_gpus_is_rejected(tmp_path: Path) -> None:
     nodes = write(tmp_path, "n.csv", "sn,cpu_milli,memory_mib,gpu,model\nn0,1000,10,0,\n")
     with pytest.raises(TraceError, match="no GPUs"):
         load_trace(nodes, write(tmp_path, "p.csv", PODS))
+
+
+HEADER = "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec\n"
+
+
+@pytest.mark.parametrize(
+    ("row", "where"),
+    [
+        ("p9,1_000,1,1,500,", "column 'cpu_milli': '1_000' is not an integer"),
+        ("p9,\u0661\u0662\u0663,1,1,500,", "column 'cpu_milli': '\u0661\u0662\u0663' is not an integer"),
+        ("p9,+5,1,1,500,", "column 'cpu_milli': '+5' is not an integer"),
+        ("p9,1000,1,1,5_0,", "column 'gpu_milli': '5_0' is not an integer"),
+        (
+            "p9,1" + "0" * 400 + ",1,1,500,",
+            "column 'cpu_milli': 10000000000000000000... (401 characters) is above the limit",
+        ),
+        ("p9,9223372036854775808,1,1,500,", "column 'cpu_milli': 9223372036854775808 is above the limit of"),
+        ("p9,1000,1099511627777,1,500,", "column 'memory_mib': 1099511627777 is above the limit of 1,099,"),
+        (
+            "p9,1000,1,1" + "0" * 5000 + ",1000,",
+            "column 'num_gpu': 10000000000000000000... (5001 characters) is out of range (0..16)",
+        ),
+    ],
+)
+def test_pod_integers_are_plain_ascii_and_below_the_limits(tmp_path: Path, row: str, where: str) -> None:
+    path = write(tmp_path, "pods.csv", HEADER + "ok,1000,1,1,500,\n" + row + "\n")
+    with pytest.raises(TraceError) as info:
+        load_pods(path)
+    assert f"{path}:3: {where}" in str(info.value)
+    assert len(str(info.value)) < 200  # a huge cell is cut short in the message
+
+
+@pytest.mark.parametrize(
+    ("row", "where"),
+    [
+        ("n0,9223372036854775807,1,1,T4", "column 'cpu_milli': 9223372036854775807 is above the limit"),
+        ("n0,1000,9223372036854775808,1,T4", "column 'memory_mib': 9223372036854775808 is above the limit"),
+        ("n0,1_000,1,1,T4", "column 'cpu_milli': '1_000' is not an integer"),
+        ("n0,1000,1,\u0968,T4", "column 'gpu': '\u0968' is not an integer"),
+    ],
+)
+def test_node_integers_are_plain_ascii_and_below_the_limits(tmp_path: Path, row: str, where: str) -> None:
+    path = write(tmp_path, "nodes.csv", "sn,cpu_milli,memory_mib,gpu,model\n" + row + "\n")
+    with pytest.raises(TraceError) as info:
+        load_nodes(path)
+    assert f"{path}:2: {where}" in str(info.value)
+
+
+def test_values_at_the_limits_load(tmp_path: Path) -> None:
+    pods = load_pods(write(tmp_path, "p.csv", HEADER + f"a,{MAX_CPU_MILLI},{MAX_MEMORY_MIB},1,500,\n"))
+    assert (pods[0].cpu_milli, pods[0].memory_mib) == (MAX_CPU_MILLI, MAX_MEMORY_MIB)
+    nodes = load_nodes(
+        write(
+            tmp_path,
+            "n.csv",
+            f"sn,cpu_milli,memory_mib,gpu,model\nn0,{MAX_CPU_MILLI},{MAX_MEMORY_MIB},1,T4\n",
+        )
+    )
+    assert nodes[0].cpu_milli == MAX_CPU_MILLI

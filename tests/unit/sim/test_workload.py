@@ -44,6 +44,13 @@ def test_inflation_below_the_trace_demand_removes_pods_and_zero_replays_as_is() 
         arrivals(w, 1, -1)
 
 
+@pytest.mark.parametrize("inflate", [float("nan"), float("inf"), -1.0])
+def test_an_inflate_that_is_not_a_finite_number_of_zero_or_more_is_refused(inflate: float) -> None:
+    w = prepare(make_trace(TEN_GPUS, [("p", 1000, 10, 1, 1000, "")]))
+    with pytest.raises(InputError, match="--inflate must be 0"):  # NaN once looped forever here
+        arrivals(w, 1, inflate)
+
+
 def test_a_pod_list_without_gpu_demand_cannot_be_inflated() -> None:
     w = prepare(make_trace(TEN_GPUS, [("cpu", 1000, 10, 0, 0, "")]))
     with pytest.raises(InputError, match="without GPU demand"):
