@@ -23,8 +23,8 @@ def register(app: typer.Typer) -> None:
             str | None, typer.Option("--available", help="Free GPUs, e.g. 0,2,3 or 2-7 (default: all).")
         ] = None,
         must_include: Annotated[
-            str, typer.Option("--must-include", help="GPUs the set must contain, e.g. 3 or 3,4.")
-        ] = "",
+            str | None, typer.Option("--must-include", help="GPUs the set must contain, e.g. 3 or 3,4.")
+        ] = None,
         json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
         gpu_model: Annotated[str | None, typer.Option("--gpu-model", help=GPU_MODEL_HELP)] = None,
     ) -> None:
@@ -33,10 +33,14 @@ def register(app: typer.Typer) -> None:
         from kubegpu.errors import InputError
         from kubegpu.sources.spec import load_node
 
+        if count < 1:  # bad input (exit 2), not a request the node cannot meet (exit 1)
+            raise InputError(f"--count: {count} GPUs; ask for at least one")
+        free = parse_indices(available, "--available") if available is not None else None
+        must = parse_indices(must_include, "--must-include") if must_include is not None else []
         node = load_node(source, gpu_model_name=gpu_model)
         n = len(node.gpus)
-        free = parse_indices(available, "--available") if available is not None else list(range(n))
-        must = parse_indices(must_include, "--must-include")
+        if free is None:
+            free = list(range(n))
         for flag, values in (("--available", free), ("--must-include", must)):
             bad = [i for i in values if i >= n]
             if bad:

@@ -149,12 +149,13 @@ def register(app: typer.Typer) -> None:
         ] = "info",
     ) -> None:
         """Run the DRA kubelet plugin and keep this node's ResourceSlices, until SIGTERM."""
-        from kubegpu.cli.logs import setup_logging
+        from kubegpu.cli.logs import check_log_level, setup_logging
         from kubegpu.deviceplugin.config import load_config
         from kubegpu.dra.service import DraOptions, DraService, load_node
         from kubegpu.kubeapi import KubeApi
         from kubegpu.model.dra import DraGpus
 
+        check_log_level(log_level)  # bad input is refused before anything starts
         if node_spec is not None and nvml:
             raise InputError("give one GPU source: --node-spec or --nvml, not both")
         if not node_name:

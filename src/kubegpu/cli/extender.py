@@ -60,6 +60,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Run the kube-scheduler extender: per-GPU accounting from the API server, GPU shares
         (kubegpu.io/gpu-milli), and the placement policy of `kubegpu sim`."""
+        from kubegpu.cli.logs import check_log_level
         from kubegpu.extender.cluster import ApiBinder, ClusterSync
         from kubegpu.extender.handlers import Extender
         from kubegpu.extender.ledger import Ledger
@@ -72,7 +73,7 @@ def register(app: typer.Typer) -> None:
         from kubegpu.sim.scoring import Policy
 
         logging.basicConfig(
-            level=getattr(logging, log_level.upper(), logging.INFO),
+            level=check_log_level(log_level),  # an unknown level is refused before anything starts
             format="%(asctime)s %(levelname)s %(name)s %(message)s",
             stream=sys.stderr,
         )

@@ -7,7 +7,12 @@ import json
 import logging
 import sys
 
-__all__ = ["setup_logging"]
+from kubegpu.echo import shorten
+from kubegpu.errors import InputError
+
+__all__ = ["LOG_LEVELS", "check_log_level", "setup_logging"]
+
+LOG_LEVELS = ("debug", "info", "warning", "error")
 
 _STANDARD_LOG_FIELDS = set(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {"message", "asctime"}
 
@@ -37,9 +42,18 @@ class _TextFormatter(logging.Formatter):
         return line
 
 
+def check_log_level(level: str, flag: str = "--log-level") -> str:
+    """``level`` in upper case (as ``logging`` wants it), or an input error listing the valid ones."""
+    if level.strip().lower() not in LOG_LEVELS:
+        raise InputError(f"{flag}: {shorten(level)} is not a log level; allowed: {', '.join(LOG_LEVELS)}")
+    return level.strip().upper()
+
+
 def setup_logging(level: str) -> None:
+    """Log to stderr at ``level`` (one of ``LOG_LEVELS``; anything else is an input error)."""
+    checked = check_log_level(level)
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(_TextFormatter() if sys.stderr.isatty() else _JsonFormatter())
     root = logging.getLogger()
     root.handlers[:] = [handler]
-    root.setLevel(level.upper())
+    root.setLevel(checked)

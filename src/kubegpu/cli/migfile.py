@@ -2,8 +2,9 @@
 
 A config's entries apply to the models their device filter names (no filter: every MIG-capable model
 in the catalogue). A cell is *valid* with each instance's start slot, *invalid* with the broken rule
-(exit 1), or *not applicable* where the model has none of the config's profile names, as with NVIDIA's
-per-SKU ``all-<profile>`` configs. Device IDs kubegpu has no model for are listed as not checked.
+(exit 1), or *not applicable* where an entry without a device filter names only other models'
+profiles, as with NVIDIA's per-SKU ``all-<profile>`` configs (a profile no model has is invalid).
+Device IDs kubegpu has no model for are listed as not checked.
 """
 
 from __future__ import annotations

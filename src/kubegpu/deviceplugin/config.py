@@ -171,6 +171,22 @@ def _str(where: str, value: object) -> str:
     raise ConfigError(f"{where}: {shorten(value)} is not a string")
 
 
+# The CDI spec's device kind ``vendor/class`` (container-device-interface's parser): the vendor is a
+# letter, then letters, digits, '_', '-' and '.', ending with a letter or digit (``nvidia.com``);
+# the class the same without '.' (``gpu``).
+_CDI_KIND_RE = re.compile(r"[A-Za-z](?:[A-Za-z0-9_.-]*[A-Za-z0-9])?/[A-Za-z](?:[A-Za-z0-9_-]*[A-Za-z0-9])?")
+
+
+def _cdi_kind(where: str, value: object) -> str:
+    text = _str(where, value)
+    if not _CDI_KIND_RE.fullmatch(text):
+        raise ConfigError(
+            f"{where}: {shorten(text)} is not a CDI device kind VENDOR/CLASS like nvidia.com/gpu "
+            "(letters, digits, '_', '-'; '.' in the vendor; each starts with a letter)"
+        )
+    return text
+
+
 def _address(where: str, value: object) -> str:
     """``HOST:PORT``, ``:PORT`` or ``[V6]:PORT``; empty = off."""
     text = _str(where, value).strip()
@@ -933,7 +949,7 @@ _ALLOCATION_POLICY = Setting[str](
 )
 _CDI_KIND = Setting[str](
     name="cdi_kind",
-    parse=_str,
+    parse=_cdi_kind,
     default="nvidia.com/gpu",
     help="CDI device kind in cdi-annotations and cdi-cri device names.",
     file_keys=("kubegpu.cdiKind",),

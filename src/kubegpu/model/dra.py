@@ -364,6 +364,11 @@ def allocated_devices(claims: Iterable[ApiObject], *, pool: str, driver: str = D
     return out
 
 
+def _label_value(node_name: str) -> str:
+    """A node name as a label value: at most 63 characters, ending with a letter or digit."""
+    return node_name[:63].rstrip("-.")
+
+
 def resource_slices(
     *,
     node_name: str,
@@ -383,7 +388,7 @@ def resource_slices(
     for k, chunk in enumerate(chunks):
         metadata: ApiObject = {
             "name": f"{node_name}-{driver}-{k}",
-            "labels": {"app.kubernetes.io/managed-by": "kubegpu", "kubegpu.io/node": node_name[:63]},
+            "labels": {"app.kubernetes.io/managed-by": "kubegpu", "kubegpu.io/node": _label_value(node_name)},
         }
         if node_uid:
             metadata["ownerReferences"] = [

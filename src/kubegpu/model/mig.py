@@ -226,7 +226,7 @@ def _parse_request(model: str, item: str) -> tuple[MigProfile, int | None]:
     text = item.strip()
     if "@" in text:
         name, _, slot_text = text.partition("@")
-        if not slot_text.strip().isdigit():
+        if not (slot_text.strip().isascii() and slot_text.strip().isdigit()):  # not '٤'
             raise InputError(f"{shorten(item)}: the start slot after '@' must be a number")
         return profile(model, name), int(slot_text)
     return profile(model, text), None

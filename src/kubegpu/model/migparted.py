@@ -327,14 +327,33 @@ class ConfigCheck:
     entries: tuple[EntryCheck, ...]
 
 
+def _has_profile(model: str, key: str) -> bool:
+    try:
+        profile(model, gi_profile_name(key)[0])
+    except InputError:
+        return False
+    return True
+
+
 def _missing_profiles(model: str, mig_devices: Sequence[tuple[str, int]]) -> list[str]:
-    missing = []
-    for key, _ in mig_devices:
-        try:
-            profile(model, gi_profile_name(key)[0])
-        except InputError:
-            missing.append(key)
-    return missing
+    return [key for key, _ in mig_devices if not _has_profile(model, key)]
+
+
+def _unknown_profile_reason(model: str, entry: MigConfigEntry, missing: Sequence[str]) -> str | None:
+    """Why an entry naming profiles ``model`` lacks is invalid, or ``None`` when it merely does not
+    apply: it does not apply (NVIDIA's per-SKU ``all-<profile>`` configs) only when it has no device
+    filter and every profile it names belongs to some other MIG model. A profile no model has, a
+    filter that picks ``model``, or a mix of ``model``'s profiles and others' is a mistake."""
+    unknown = [k for k in missing if not any(_has_profile(m, k) for m in mig_models())]
+    names = ", ".join(shorten(k) for k in (unknown or missing))
+    where = f"entry at {entry.where}" if entry.where else "the entry"
+    if unknown:
+        return f"{where}: {names} is not a MIG profile of {model} or of any other MIG-capable GPU model"
+    if entry.device_filter:
+        return f"{where}: its device filter picks {model}, which has no MIG profile {names}"
+    if len(missing) < len(entry.mig_devices):
+        return f"{where}: {model} has some of its profiles but not {names}"
+    return None
 
 
 def check_config(config: MigConfig, model: str) -> ConfigCheck:
@@ -352,10 +371,10 @@ def check_config(config: MigConfig, model: str) -> ConfigCheck:
             continue
         missing = _missing_profiles(key, entry.mig_devices)
         if missing:
-            reason = f"{key} has no MIG profile {', '.join(missing)}"
-            checks.append(
-                EntryCheck(entry=i, status=CheckStatus.NOT_APPLICABLE, placement=None, reason=reason)
-            )
+            invalid = _unknown_profile_reason(key, entry, missing)
+            status = CheckStatus.NOT_APPLICABLE if invalid is None else CheckStatus.INVALID
+            reason = invalid or f"{key} has no MIG profile {', '.join(missing)}"
+            checks.append(EntryCheck(entry=i, status=status, placement=None, reason=reason))
             continue
         try:
             placement = placement_for(key, entry.mig_devices)

@@ -13,12 +13,17 @@ from typing import NewType
 from kubegpu.model.topology import Topology
 
 __all__ = [
+    "MAX_GPUS",
+    "MAX_NODE_NAME",
+    "MAX_NUMA_NODE",
     "UUID_MAX",
     "Gpu",
     "GpuUuid",
     "MigInstance",
     "Node",
     "NodeName",
+    "node_name_problem",
+    "pci_bus_id_problem",
     "sysfs_bus_id",
     "uuid_aliases",
     "uuid_problem",
@@ -33,6 +38,35 @@ NodeName = NewType("NodeName", str)
 UUID_MAX = 63  # the proto's limit for a Device ID
 _UUID_RE = re.compile(r"(GPU|MIG)-[A-Za-z0-9][A-Za-z0-9-]*")
 _LEGACY_MIG_RE = re.compile(r"MIG-GPU-[A-Za-z0-9][A-Za-z0-9-]*/[0-9]+/[0-9]+")
+
+
+# A node with more GPUs than this is a typo, not a machine (NVLink domains top out at 576 GPUs).
+MAX_GPUS = 1024
+# Linux numbers NUMA nodes below 1024 (MAX_NUMNODES with the largest NODES_SHIFT).
+MAX_NUMA_NODE = 1023
+# A node name is a Kubernetes Node's name: a DNS-1123 subdomain (dot-separated lower-case labels of
+# letters, digits and '-'), at most 253 characters.
+MAX_NODE_NAME = 253
+_NODE_NAME_RE = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+# A PCI address as nvidia-smi and NVML print it (``00000000:3B:00.0``) or as sysfs does
+# (``0000:3b:00.0``): domain, bus, device (hex), then the function 0-7.
+_PCI_BUS_ID_RE = re.compile(r"(?:[0-9A-Fa-f]{4}|[0-9A-Fa-f]{8}):[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7]")
+
+
+def node_name_problem(name: str) -> str | None:
+    """Why ``name`` cannot name a Kubernetes node (a phrase to follow the name), or ``None``."""
+    if len(name) > MAX_NODE_NAME:
+        return f"is {len(name)} characters long; a node name has at most {MAX_NODE_NAME}"
+    if not _NODE_NAME_RE.fullmatch(name):
+        return "is not a valid node name (lower-case letters, digits, '-' and '.', as Kubernetes allows)"
+    return None
+
+
+def pci_bus_id_problem(bus_id: str) -> str | None:
+    """Why ``bus_id`` is not a PCI address like ``00000000:3B:00.0`` (a phrase), or ``None``."""
+    if _PCI_BUS_ID_RE.fullmatch(bus_id):
+        return None
+    return "is not a PCI bus ID like 00000000:3B:00.0 (domain:bus:device.function, hex)"
 
 
 def uuid_problem(uuid: str) -> str | None:

@@ -33,6 +33,9 @@ from kubegpu.model.gpu import NVLINK_LINK_GBPS, PCIE_X16_GBPS
 __all__ = [
     "COST_REFERENCE_GBPS",
     "FALLBACK_NVLINK_LINK_GBPS",
+    "MAX_COST",
+    "MAX_NVLINKS",
+    "MIN_COST",
     "PCIE_P2P_SHARE_OF_NVLINK",
     "PCIE_PATH_FACTOR",
     "Link",
@@ -45,6 +48,12 @@ __all__ = [
 COST_REFERENCE_GBPS = 450.0
 COST_DECIMALS = 3
 COST_SCALE = 1000  # 10 ** COST_DECIMALS
+# Costs are kept to three decimals, so the smallest positive cost is 0.001; the largest is a link a
+# million times slower than an H100's NVLink: anything beyond is a typo, and ``inf`` cannot be summed.
+MIN_COST = 1 / COST_SCALE
+MAX_COST = 1_000_000.0
+# nvidia-smi prints NV1 ... NV18 today; a wider bond is a typo (and would price a link at cost 0).
+MAX_NVLINKS = 64
 
 
 class LinkKind(Enum):
@@ -76,7 +85,7 @@ PCIE_P2P_SHARE_OF_NVLINK = 0.8
 # Per-link NVLink bandwidth assumed when the GPU model (and so its NVLink generation) is unknown.
 FALLBACK_NVLINK_LINK_GBPS = 25.0
 
-_LABEL_RE = re.compile(r"^(?:NV(?P<n>\d+)|(?P<kind>X|PIX|PXB|PHB|NODE|SYS|SOC))$")
+_LABEL_RE = re.compile(r"^(?:NV(?P<n>[0-9]+)|(?P<kind>X|PIX|PXB|PHB|NODE|SYS|SOC))$")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -87,8 +96,8 @@ class Link:
     nvlinks: int = 0
 
     def __post_init__(self) -> None:
-        if self.kind is LinkKind.NVLINK and self.nvlinks < 1:
-            raise InputError("an NVLink link needs at least one link (NV1 or more)")
+        if self.kind is LinkKind.NVLINK and not 1 <= self.nvlinks <= MAX_NVLINKS:
+            raise InputError(f"an NVLink link bonds 1 to {MAX_NVLINKS} links (NV1 ... NV{MAX_NVLINKS})")
         if self.kind is not LinkKind.NVLINK and self.nvlinks != 0:
             raise InputError(f"{self.kind.value} carries no NVLinks")
 
@@ -106,6 +115,8 @@ class Link:
                 f"unknown link type {shorten(label)}; expected X, NV<n>, PIX, PXB, PHB, NODE or SYS"
             )
         if match["n"] is not None:
+            if len(match["n"]) > 3:  # refused before int(): a 5000-digit NV count is not parsed
+                raise InputError(f"an NVLink link bonds 1 to {MAX_NVLINKS} links, not {shorten(label)}")
             return cls(kind=LinkKind.NVLINK, nvlinks=int(match["n"]))
         kind = "SYS" if match["kind"] == "SOC" else match["kind"]
         return cls(kind=LinkKind(kind))
@@ -181,8 +192,11 @@ class Topology:
                     raise InputError(f"GPU{i}-GPU{j}: X is only valid on the diagonal")
                 if self.cost[i][j] != self.cost[j][i]:
                     raise InputError(f"cost matrix is not symmetric at GPU{i}-GPU{j}")
-                if not self.cost[i][j] > 0:
-                    raise InputError(f"cost GPU{i}-GPU{j} must be positive, not {self.cost[i][j]}")
+                if not MIN_COST <= self.cost[i][j] <= MAX_COST:  # also refuses nan and inf
+                    raise InputError(
+                        f"cost GPU{i}-GPU{j} is {self.cost[i][j]}; a cost is a number from {MIN_COST} "
+                        f"to {MAX_COST:.0f}"
+                    )
         units = tuple(tuple(round(c * COST_SCALE) for c in row) for row in self.cost)
         object.__setattr__(self, "_units", units)
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from kubegpu.echo import shorten
 from kubegpu.errors import InputError, TopologyParseError
 from kubegpu.model.gpu import GpuModel, gpu_model, model_for_product
-from kubegpu.model.node import Gpu, GpuUuid, Node
+from kubegpu.model.node import MAX_GPUS, MAX_NUMA_NODE, Gpu, GpuUuid, Node, node_name_problem
 from kubegpu.model.topology import Link, LinkKind, Topology, fallback_link_cost
 
 __all__ = ["SmiTopology", "looks_like_capture", "node_from_capture", "parse_topo_matrix"]
@@ -129,10 +129,21 @@ def looks_like_capture(text: str) -> bool:
     return _find_header([_clean(line) for line in text.splitlines()]) is not None
 
 
-def _numa(value: str | None) -> int | None:
-    if value is None or not value.strip().isdigit():
+_NUMA_LIST_RE = re.compile(r"[0-9]{1,4}(?:-[0-9]{1,4})?(?:,[0-9]{1,4}(?:-[0-9]{1,4})?)*")
+
+
+def _numa(value: str | None, where: str) -> int | None:
+    """A NUMA Affinity cell: one node, several (``0,8,252-255`` on POWER9: no single node, so
+    ``None``), or ``N/A`` or nothing when the driver does not know. Anything else is an error."""
+    text = (value or "").strip()
+    if text in {"", "N/A"}:
         return None
-    return int(value)
+    if _NUMA_LIST_RE.fullmatch(text) and all(int(n) <= MAX_NUMA_NODE for n in re.split(r"[,-]", text)):
+        return int(text) if text.isdigit() else None
+    raise TopologyParseError(
+        f"{where}: NUMA Affinity {shorten(text)} is not a NUMA node (0 to {MAX_NUMA_NODE}), a list "
+        "of them, or N/A"
+    )
 
 
 def _link_cells(tokens: list[str], k: int) -> tuple[list[str], int]:
@@ -186,6 +197,11 @@ def parse_topo_matrix(text: str, origin: str = "<capture>") -> SmiTopology:
     if found is None:
         raise TopologyParseError(f"no nvidia-smi topology matrix found in {origin}")
     head, devices, extras = found
+    gpu_count = sum(d.startswith("GPU") for d in devices)
+    if gpu_count > MAX_GPUS:  # refused before the rows are read: 2000 GPUs are 4 million cells
+        raise TopologyParseError(
+            f"{origin}:{head + 1}: the matrix has {gpu_count} GPUs; a node has at most {MAX_GPUS}"
+        )
     k = len(devices)
     rows: dict[str, tuple[list[Link], dict[str, str]]] = {}
     row_line: dict[str, int] = {}
@@ -235,7 +251,7 @@ def parse_topo_matrix(text: str, origin: str = "<capture>") -> SmiTopology:
             )
         matrix.append(tuple(links))
         cpu.append(values.get("CPU Affinity") or None)
-        numa.append(_numa(values.get("NUMA Affinity")))
+        numa.append(_numa(values.get("NUMA Affinity"), f"{origin}:{row_line[d]}: {d}"))
     for i, a in enumerate(devices):
         for j, b in enumerate(devices[:i]):
             if a in rows and b in rows and matrix[i][j] != matrix[j][i]:
@@ -276,6 +292,9 @@ def node_from_capture(
     topo = parse_topo_matrix(text, origin)
     model = gpu_model(gpu_model_name) if gpu_model_name is not None else topo.detected_model()
     name = node_name or "captured-node"
+    problem = node_name_problem(name)
+    if problem is not None:
+        raise InputError(f"node name {shorten(name)} {problem}")
     gpus = tuple(
         Gpu(
             index=idx,
@@ -287,4 +306,8 @@ def node_from_capture(
         )
         for idx, pos in enumerate(topo.gpu_positions)
     )
-    return Node(name=name, gpus=gpus, topology=topo.gpu_topology(model))
+    try:
+        topology = topo.gpu_topology(model)
+    except InputError as exc:  # a cost no table gives: named with the file, never without it
+        raise TopologyParseError(f"{origin}: {exc}") from exc
+    return Node(name=name, gpus=gpus, topology=topology)

@@ -24,8 +24,18 @@ from kubegpu.echo import shorten
 from kubegpu.errors import InputError, KubegpuError, SpecError, TopologyParseError
 from kubegpu.model.gpu import gpu_model
 from kubegpu.model.mig import validate_layout
-from kubegpu.model.node import Gpu, GpuUuid, MigInstance, Node, uuid_problem
-from kubegpu.model.topology import Link, LinkKind, Topology, default_link_cost
+from kubegpu.model.node import (
+    MAX_GPUS,
+    MAX_NUMA_NODE,
+    Gpu,
+    GpuUuid,
+    MigInstance,
+    Node,
+    node_name_problem,
+    pci_bus_id_problem,
+    uuid_problem,
+)
+from kubegpu.model.topology import MAX_COST, MIN_COST, Link, LinkKind, Topology, default_link_cost
 from kubegpu.sources.nvml import HostReading
 from kubegpu.sources.yamlfile import LocatedDoc, load_located
 
@@ -34,10 +44,11 @@ __all__ = ["builtin_names", "load_node", "parse_spec", "stable_uuid"]
 BUILTIN_PREFIX = "builtin:"
 _NAMESPACE = uuidlib.UUID("5b1d8f5e-6f0e-4c1b-9a57-6b7567707500")
 _RANGE_RE = re.compile(r"^\s*(\d+)\s*-\s*(\d+)\s*$")
-_NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
+# YAML 1.1 (PyYAML) reads ``1e3`` as text; YAML 1.2 and JSON read it as a number, and so do costs.
+_EXPONENT_RE = re.compile(r"[-+]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)[eE][-+]?[0-9]+")
 
-# A node with more GPUs than this is a typo, not a machine (NVLink domains top out at 576 GPUs).
-MAX_GPUS = 1024
+# 16 TiB per GPU: a B200 has 192 GB; anything beyond is a typo, not a GPU.
+MAX_MEMORY_MIB = 2**24
 
 _TOP_KEYS = {"name", "description", "gpus", "topology"}
 _GPU_KEYS = {"model", "count", "numa", "uuid", "memory_mib", "pci_bus_id", "mig"}
@@ -174,10 +185,28 @@ def _check_keys(
             )
 
 
-def _int(doc: LocatedDoc, path: tuple[str | int, ...], value: Any, *, minimum: int = 0) -> int:
+def _int(
+    doc: LocatedDoc, path: tuple[str | int, ...], value: Any, *, minimum: int = 0, maximum: int | None = None
+) -> int:
+    if maximum is not None and isinstance(value, int) and not minimum <= value <= maximum:
+        what = f"{shorten(value)} is out of range: expected an integer from {minimum} to {maximum}"
+        raise doc.error(path, what, SpecError)
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise doc.error(path, f"expected an integer >= {minimum}, got {shorten(value)}", SpecError)
     return value
+
+
+def _cost(doc: LocatedDoc, path: tuple[str | int, ...], value: Any) -> float:
+    """A link cost: a finite number from ``MIN_COST`` to ``MAX_COST`` (``1e3`` counts as a number)."""
+    number = value
+    if isinstance(value, str) and _EXPONENT_RE.fullmatch(value.strip()):
+        number = float(value)
+    if isinstance(number, bool) or not isinstance(number, int | float):
+        raise doc.error(path, f"cost {shorten(value)} is not a number", SpecError)
+    if not MIN_COST <= number <= MAX_COST:  # also refuses nan and inf
+        what = f"cost {shorten(value)} is out of range: costs are from {MIN_COST} to {MAX_COST:.0f}"
+        raise doc.error(path, what, SpecError)
+    return float(number)
 
 
 def _link(doc: LocatedDoc, path: tuple[str | int, ...], value: Any) -> Link:
@@ -208,8 +237,19 @@ def _gpus(doc: LocatedDoc, name: str) -> list[Gpu]:
             raise doc.error(path, "uuid and pci_bus_id name one GPU: drop them or use count: 1", SpecError)
         numa = entry.get("numa")
         if numa is not None:
-            numa = _int(doc, (*path, "numa"), numa)
-        memory = _int(doc, (*path, "memory_mib"), entry.get("memory_mib", model.memory_mib), minimum=1)
+            numa = _int(doc, (*path, "numa"), numa, maximum=MAX_NUMA_NODE)
+        memory = _int(
+            doc,
+            (*path, "memory_mib"),
+            entry.get("memory_mib", model.memory_mib),
+            minimum=1,
+            maximum=MAX_MEMORY_MIB,
+        )
+        bus_id = entry.get("pci_bus_id")
+        if bus_id is not None:
+            problem = pci_bus_id_problem(bus_id if isinstance(bus_id, str) else "")
+            if problem is not None:
+                raise doc.error((*path, "pci_bus_id"), f"{shorten(bus_id)} {problem}", SpecError)
         mig_raw = entry.get("mig")
         layout: list[str] = []
         if mig_raw is not None:
@@ -248,7 +288,7 @@ def _gpus(doc: LocatedDoc, name: str) -> list[Gpu]:
                     model=model.name,
                     memory_mib=memory,
                     numa_node=numa,
-                    pci_bus_id=str(entry.get("pci_bus_id", f"00000000:{0x18 + 0x10 * index:02X}:00.0")),
+                    pci_bus_id=bus_id or f"00000000:{0x18 + 0x10 * index:02X}:00.0",
                     mig_enabled=mig_raw is not None,
                     mig_instances=instances,
                 )
@@ -290,10 +330,8 @@ def _tiers(doc: LocatedDoc, raw: Any, n: int) -> tuple[list[list[Link]], list[li
                         )
                     owner[m] = g
                 groups.append(members)
-        cost = tier.get("cost")
-        if cost is not None and (isinstance(cost, bool) or not isinstance(cost, int | float) or cost <= 0):
-            raise doc.error((*path, "cost"), f"expected a positive number, got {shorten(cost)}", SpecError)
-        parsed.append((link, groups, None if cost is None else float(cost)))
+        cost = None if tier.get("cost") is None else _cost(doc, (*path, "cost"), tier["cost"])
+        parsed.append((link, groups, cost))
     links = [[Link(kind=LinkKind.SELF)] * n for _ in range(n)]
     costs: list[list[float | None]] = [[0.0] * n for _ in range(n)]
     for i in range(n):
@@ -354,11 +392,13 @@ def _topology(doc: LocatedDoc, gpus: Sequence[Gpu]) -> Topology | None:
         cells = _matrix(doc, raw["costs"], n, "costs")
         for r, row in enumerate(cells):
             for c, value in enumerate(row):
-                if isinstance(value, bool) or not isinstance(value, int | float):
-                    raise doc.error(
-                        ("topology", "costs", r), f"cost {shorten(value)} is not a number", SpecError
-                    )
-                explicit[r][c] = float(value)
+                if r == c:
+                    if value != 0 or isinstance(value, bool):
+                        raise doc.error(
+                            ("topology", "costs", r), f"GPU{r}'s cost to itself must be 0", SpecError
+                        )
+                    continue
+                explicit[r][c] = _cost(doc, ("topology", "costs", r), value)
     models = [gpu_model(g.model) for g in gpus]
     nv_gen = min((m.nvlink_generation for m in models if m.nvlink_generation), default=4)
     pcie_gen = min(m.pcie_generation for m in models)
@@ -386,9 +426,9 @@ def parse_spec(text: str, *, origin: str = "<spec>", node_name: str | None = Non
         raise SpecError(f"{origin}: a node spec must be a YAML mapping with 'gpus' (see docs/node-spec.md)")
     _check_keys(doc, (), doc.data, _TOP_KEYS, "a node spec")
     name = node_name or str(doc.data.get("name", Path(origin).stem))
-    if not _NAME_RE.match(name):
-        what = f"{shorten(name)} is not a valid node name (lower-case DNS label)"
-        raise doc.error(("name",), what, SpecError)
+    problem = node_name_problem(name)
+    if problem is not None:
+        raise doc.error(("name",), f"{shorten(name)} {problem}", SpecError)
     gpus = _gpus(doc, name)
     topology = _topology(doc, gpus)
     return Node(name=name, gpus=tuple(gpus), topology=topology)

@@ -1,6 +1,7 @@
 """YAML with line numbers: parse a document and remember where every key and item came from.
 
-Spec and config loaders use it so that an error can say ``node.yaml:12: gpus[3].model: ...``.
+Spec and config loaders use it so that an error can say ``node.yaml:12: gpus[3].model: ...``. A key
+given twice in one mapping is an error naming both lines (YAML's loader would keep the last silently).
 """
 
 from __future__ import annotations
@@ -45,6 +46,12 @@ class LocatedDoc:
         return cls(f"{self.where(path)}: {message}")
 
 
+class _DuplicateKey(Exception):
+    def __init__(self, path: Path, line: int, first: int) -> None:
+        super().__init__(path)
+        self.path, self.line, self.first = path, line, first
+
+
 def _walk(node: yaml.Node, path: Path, lines: dict[Path, int], done: set[int], active: set[int]) -> None:
     lines[path] = node.start_mark.line + 1
     if id(node) in active:  # an anchor used inside itself: &a [*a]
@@ -53,8 +60,13 @@ def _walk(node: yaml.Node, path: Path, lines: dict[Path, int], done: set[int], a
         return
     active.add(id(node))
     if isinstance(node, yaml.MappingNode):
+        seen: dict[str, int] = {}
         for key_node, value_node in node.value:
             key = key_node.value if isinstance(key_node, yaml.ScalarNode) else str(key_node.value)
+            line = key_node.start_mark.line + 1
+            if key in seen and key != "<<":  # YAML's loader would keep the last value silently
+                raise _DuplicateKey((*path, key), line, seen[key])
+            seen[key] = line
             lines[(*path, key)] = key_node.start_mark.line + 1
             _walk(value_node, (*path, key), lines, done, active)
             lines[(*path, key)] = key_node.start_mark.line + 1
@@ -84,4 +96,7 @@ def load_located(text: str, origin: str, cls: type[InputError] = InputError) -> 
             _walk(node, (), lines, set(), set())
         except RecursionError as exc:  # an anchor used inside itself: &a [*a]
             raise cls(f"{origin}: the YAML refers to itself (a recursive anchor)") from exc
+        except _DuplicateKey as exc:
+            where = f"{origin}:{exc.line}: {format_path(exc.path)}"
+            raise cls(f"{where}: the key appears twice in one mapping (first on line {exc.first})") from exc
     return LocatedDoc(origin=origin, data=data, lines=lines)
