@@ -18,8 +18,8 @@ if TYPE_CHECKING:
 
 from kubegpu.cli.common import print_json
 from kubegpu.model.gpu import gpu_model
-from kubegpu.plan.comm import CommPlan, CommRequest, plan_comm
-from kubegpu.plan.emit import EmittedFile, emit_pools, emit_serve, write_files
+from kubegpu.plan.comm import CommPlan, CommRequest, plan_comm, weight_read_ms
+from kubegpu.plan.emit import EmittedFile, check_tenants, emit_pools, emit_serve, write_files
 from kubegpu.plan.pools import PoolKind, PoolsPlan, PoolsRequest, plan_pools
 from kubegpu.plan.report import comm_json, pools_json, serve_json
 from kubegpu.plan.serve import DEFAULT_RESERVE_GB, Dtype, ServePlan, ServeRequest, plan_serve
@@ -35,9 +35,20 @@ plan_app = typer.Typer(
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object instead of tables.")]
 EmitOpt = Annotated[
-    Path | None,
+    str | None,  # a str, not a Path: typer would turn '' into '.', the current directory
     typer.Option("--emit", metavar="DIR", help="Write the configuration that realises the plan into DIR."),
 ]
+
+
+def _emit_dir(emit: str | None) -> Path | None:
+    """``--emit DIR`` as a path, checked before anything is planned or written."""
+    from kubegpu.errors import InputError
+
+    if emit is None:
+        return None
+    if not emit.strip():
+        raise InputError("--emit: the path is empty; name the directory to write into, e.g. --emit ./out")
+    return Path(emit)
 
 
 def _console() -> Console:
@@ -162,6 +173,9 @@ def serve(
     emit: EmitOpt = None,
 ) -> None:
     """Cost exclusive cards, every MIG profile, time-slicing and MPS for N instances; recommend one."""
+    out = _emit_dir(emit)
+    if tenant:
+        check_tenants(tenant)
     req = ServeRequest(
         model_gb=model_gb,
         instances=instances,
@@ -176,7 +190,7 @@ def serve(
     )
     plan = plan_serve(req)
     files: list[EmittedFile] = []
-    if emit is not None and plan.recommendation.option is not None:
+    if out is not None and plan.recommendation.option is not None:
         if tenant:
             tenants = list(tenant)
         elif multi_tenant:
@@ -184,18 +198,18 @@ def serve(
         else:
             tenants = ["inference"]
         files = emit_serve(plan, tenants)
-        write_files(emit, files)
+        write_files(out, files)
     if as_json:
         doc = serve_json(plan)
-        if emit is not None:
-            doc["emitted"] = [str(emit / f.name) for f in files]
+        if out is not None:
+            doc["emitted"] = [str(out / f.name) for f in files]
         print_json(doc)
     else:
         _render_serve(plan)
-        if files and emit is not None:
-            _report_emitted(_console(), emit, files)
+        if files and out is not None:
+            _report_emitted(_console(), out, files)
     if plan.recommendation.option is None:
-        if emit is not None:
+        if out is not None:
             typer.echo("kubegpu: nothing emitted: no option survives the criteria", err=True)
         raise typer.Exit(1)
 
@@ -263,6 +277,7 @@ def pools(
     emit: EmitOpt = None,
 ) -> None:
     """Split cards into a time-sliced pool for experiments and an exclusive pool (seed exercise 3)."""
+    out = _emit_dir(emit)
     plan = plan_pools(
         PoolsRequest(
             gpus=gpus,
@@ -275,18 +290,18 @@ def pools(
         )
     )
     files: list[EmittedFile] = []
-    if emit is not None:
+    if out is not None:
         files = emit_pools(plan)
-        write_files(emit, files)
+        write_files(out, files)
     if as_json:
         doc = pools_json(plan)
-        if emit is not None:
-            doc["emitted"] = [str(emit / f.name) for f in files]
+        if out is not None:
+            doc["emitted"] = [str(out / f.name) for f in files]
         print_json(doc)
         return
     _render_pools(plan)
-    if files and emit is not None:
-        _report_emitted(_console(), emit, files)
+    if files and out is not None:
+        _report_emitted(_console(), out, files)
 
 
 def _render_comm(plan: CommPlan) -> None:
@@ -348,18 +363,13 @@ def comm(
     as_json: JsonOpt = False,
 ) -> None:
     """Ring all-reduce cost per decode step inside an NVLink group vs across groups (seed exercise 2)."""
-    from kubegpu import accounts
     from kubegpu.errors import InputError
 
     if step_ms is not None and model_gb is not None:
         raise InputError("give --step-ms or --model-gb, not both")
     base = step_ms
     if model_gb is not None:
-        if not model_gb > 0:
-            raise InputError(f"--model-gb must be positive, got {model_gb:g}")
-        if tp < 1:
-            raise InputError(f"--tp must be at least 2, got {tp}")
-        base = accounts.decode_ms(model_gb / tp, gpu_model(gpu).memory_bandwidth_gbps)
+        base = weight_read_ms(model_gb, tp, gpu_model(gpu).memory_bandwidth_gbps)
     plan = plan_comm(
         CommRequest(
             tp=tp,

@@ -7,6 +7,7 @@ Every read goes through a ``ClusterApi``, live or recorded.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -99,9 +100,52 @@ def _int(value: Any) -> int:
         return 0
 
 
+_MAX_GPUS = 2**63 - 1  # quantities are int64 in the API server
+_WHOLE = re.compile(r"[0-9]+")
+
+
+def gpu_quantity(value: Any) -> int | None:
+    """A GPU resource's value as a whole number of devices, or None when it is not one (``"abc"``,
+    ``"-1"``, ``"1.5"``, ``"1e999"``): extended resources are counted in whole devices."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        count = value
+    elif isinstance(value, str) and _WHOLE.fullmatch(value) and len(value) <= 19:
+        count = int(value)
+    else:
+        return None
+    return count if 0 <= count <= _MAX_GPUS else None
+
+
 def gpu_count(resources: dict[str, Any] | None) -> int:
-    """Sum of the GPU resources in a ``capacity``/``allocatable``/``limits`` map."""
-    return sum(_int(v) for k, v in (resources or {}).items() if is_gpu_resource(k))
+    """Sum of the GPU resources in a ``capacity``/``allocatable``/``limits`` map (malformed ones: 0)."""
+    if not isinstance(resources, dict):
+        return 0
+    return sum(gpu_quantity(v) or 0 for k, v in resources.items() if is_gpu_resource(str(k)))
+
+
+def malformed_gpu_quantities(node: ApiObject, *keys: str) -> list[str]:
+    """``node: status.capacity.nvidia.com/gpu = 'abc'`` for each GPU resource that is not a whole number."""
+    bad = []
+    for key in keys:
+        resources = dig(node, "status", key)
+        for name, value in resources.items() if isinstance(resources, dict) else ():
+            if is_gpu_resource(str(name)) and gpu_quantity(value) is None:
+                shown = json.dumps(value)
+                shown = shown if len(shown) <= 40 else shown[:37] + "..."
+                bad.append(f"{node_name(node)}: status.{key}.{name} = {shown}")
+    return bad
+
+
+def _malformed(nodes: list[ApiObject], *keys: str) -> Outcome | None:
+    bad = [line for node in nodes for line in malformed_gpu_quantities(node, *keys)]
+    if not bad:
+        return None
+    return fail(
+        f"GPU count(s) that are not a whole number of devices: {'; '.join(bad[:3])}",
+        *bad,
+        fix="kubectl get node <node> -o jsonpath='{.status}'  # re-record the node; the device plugin"
+        " advertises whole devices, so a value like this is a damaged recording or a broken plugin",
+    )
 
 
 def _containers(pod: ApiObject) -> list[ApiObject]:
@@ -335,6 +379,9 @@ def check_allocatable(ctx: ClusterContext) -> Outcome:
             "DaemonSet; kubectl get nodes -o custom-columns='NODE:.metadata.name,"
             "GPU:.status.allocatable.nvidia\\.com/gpu'",
         )
+    malformed = _malformed(ctx.scope, "allocatable")
+    if malformed is not None:
+        return malformed
     empty = [n for n in ctx.scope if gpu_count(dig(n, "status", "allocatable")) == 0]
     evidence = [
         f"{node_name(n)}: allocatable {gpu_count(dig(n, 'status', 'allocatable'))}, "
@@ -357,6 +404,9 @@ def check_allocatable(ctx: ClusterContext) -> Outcome:
 
 
 def check_capacity(ctx: ClusterContext) -> Outcome:
+    malformed = _malformed(ctx.scope, "capacity", "allocatable")
+    if malformed is not None:
+        return malformed
     lost = []
     for node in ctx.scope:
         cap = gpu_count(dig(node, "status", "capacity"))

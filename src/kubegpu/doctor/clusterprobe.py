@@ -77,6 +77,66 @@ def _items(doc: Any) -> list[ApiObject]:
     return []
 
 
+# No Kubernetes field holds an integer this long (Python refuses to convert more than 4300 digits).
+_MAX_INT_DIGITS = 100
+
+
+class _NumberTooLong(Exception):
+    """Raised from inside the JSON decoder; ``from_dir`` turns it into an InputError naming the file."""
+
+    def __init__(self, digits: int) -> None:
+        super().__init__(digits)
+        self.digits = digits
+
+
+def _parse_int(text: str) -> int:
+    if len(text) > _MAX_INT_DIGITS:
+        raise _NumberTooLong(len(text))
+    return int(text)
+
+
+def _load_json(path: Path) -> Any:
+    """One recorded file: a JSON object (a List or a single API object) or an array of objects."""
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"), parse_int=_parse_int)
+    except json.JSONDecodeError as exc:
+        raise InputError(f"{path}: line {exc.lineno}, column {exc.colno}: {exc.msg}") from exc
+    except UnicodeDecodeError as exc:
+        raise InputError(f"{path}: not UTF-8 text (kubectl get -o json expected)") from exc
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read: {exc.strerror or exc}") from exc
+    except RecursionError as exc:
+        raise InputError(f"{path}: nested too deeply to read (kubectl get -o json expected)") from exc
+    except _NumberTooLong as exc:
+        raise InputError(
+            f"{path}: holds a number of {exc.digits} digits, longer than any Kubernetes field"
+            " (kubectl get -o json expected)"
+        ) from exc
+    if isinstance(doc, list):
+        return doc
+    if not isinstance(doc, dict):
+        raise InputError(
+            f"{path}: {_json_type(doc)}, not a Kubernetes object or list (kubectl get -o json expected)"
+        )
+    if "items" in doc and not isinstance(doc["items"], list):
+        raise InputError(f"{path}: items is {_json_type(doc['items'])}, not a list of objects")
+    if "kind" not in doc and "items" not in doc:
+        raise InputError(f"{path}: an object without kind or items (kubectl get -o json expected)")
+    return doc
+
+
+def _json_type(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    return "an object" if isinstance(value, dict) else "an array"
+
+
 @dataclass(kw_only=True)
 class RecordedCluster:
     """API objects recorded earlier (``kubectl get … -o json``) and container logs keyed by pod."""
@@ -107,17 +167,11 @@ class RecordedCluster:
 
     @classmethod
     def from_dir(cls, directory: Path) -> RecordedCluster:
-        """Every ``*.json`` in ``directory`` (Lists or single objects) plus ``logs/<ns>/<pod>/<c>.log``."""
-        objects = []
-        for path in sorted(directory.glob("*.json")):
-            try:
-                objects.append(json.loads(path.read_text(encoding="utf-8")))
-            except json.JSONDecodeError as exc:
-                raise InputError(f"{path}: line {exc.lineno}, column {exc.colno}: {exc.msg}") from exc
-            except UnicodeDecodeError as exc:
-                raise InputError(f"{path}: not UTF-8 text (kubectl get -o json expected)") from exc
-            except OSError as exc:
-                raise InputError(f"{path}: cannot read: {exc.strerror or exc}") from exc
+        """Every ``*.json`` in ``directory`` (Lists or single objects) plus ``logs/<ns>/<pod>/<c>.log``.
+
+        The recording must hold the nodes and the pods (``nodes.json``, ``pods.json``, or files with
+        Node and Pod objects): without them every check would look at an empty cluster and pass."""
+        objects = [_load_json(path) for path in sorted(directory.glob("*.json"))]
         logs = {}
         for log in sorted(directory.glob("logs/*/*/*.log")):
             ns, pod = log.parent.parent.name, log.parent.name
@@ -127,7 +181,18 @@ class RecordedCluster:
             except OSError as exc:
                 raise InputError(f"{log}: cannot read: {exc.strerror or exc}") from exc
             logs[key + ("/previous" if log.stem.endswith(".previous") else "")] = text
-        return cls.from_objects(objects, logs)
+        rec = cls.from_objects(objects, logs)
+        for what, found, kubectl in (
+            ("nodes", rec.nodes, "kubectl get nodes -o json"),
+            ("pods", rec.pods, "kubectl get pods -A -o json"),
+        ):
+            path = directory / f"{what}.json"
+            if not found and not path.is_file():
+                raise InputError(
+                    f"{path}: missing, and no other file holds {what}: the recording is incomplete"
+                    f" ({kubectl} > {path})"
+                )
+        return rec
 
     def list_nodes(self) -> list[ApiObject]:
         return list(self.nodes)

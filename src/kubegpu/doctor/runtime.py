@@ -102,6 +102,27 @@ def _containerd_files(probe: HostProbe) -> tuple[list[Path], list[str]]:
     return files, errors
 
 
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _runtime_binary(spec: Any, where: str, wrong: list[str]) -> str:
+    """A runtime table's ``options.BinaryName`` ("" when unset); wrong types are added to ``wrong``."""
+    if not isinstance(spec, dict):
+        wrong.append(f"{where} = {_shown(spec)} is not a table")
+        return ""
+    options = spec.get("options", {})
+    if not isinstance(options, dict):
+        wrong.append(f"{where}.options = {_shown(options)} is not a table")
+        return ""
+    binary = options.get("BinaryName", "")
+    if not isinstance(binary, str):
+        wrong.append(f"{where}.options.BinaryName = {_shown(binary)} is not a string")
+        return ""
+    return binary
+
+
 def check_containerd(ctx: NodeContext) -> Outcome:
     probe = ctx.facts.probe
     files, errors = _containerd_files(probe)
@@ -125,22 +146,35 @@ def check_containerd(ctx: NodeContext) -> Outcome:
     runtimes: dict[str, tuple[str, str]] = {}
     defaults: list[tuple[str, str]] = []
     cdi: list[str] = []
+    wrong: list[str] = []
     for path in files:
         doc = tomllib.loads(probe.read_path(path) or "")
         where = probe.display(path)
         for keys, table in _walk(doc):
+            dotted = ".".join(f'"{k}"' if "." in k else k for k in keys)
             if keys and keys[-1] == "runtimes":
                 for name, spec in table.items():
-                    binary = ""
-                    if isinstance(spec, dict):
-                        options = spec.get("options")
-                        binary = str(options.get("BinaryName", "")) if isinstance(options, dict) else ""
+                    binary = _runtime_binary(spec, f"{where}: {dotted}.{name}", wrong)
                     if name == "nvidia" or "nvidia-container-runtime" in binary:
                         runtimes[str(name)] = (binary, where)
             if "default_runtime_name" in table:
-                defaults.append((str(table["default_runtime_name"]), where))
+                default = table["default_runtime_name"]
+                if isinstance(default, str):
+                    defaults.append((default, where))
+                else:
+                    wrong.append(
+                        f"{where}: {dotted}.default_runtime_name = {_shown(default)} is not a string"
+                    )
             if "enable_cdi" in table:
                 cdi.append(f"{where}: enable_cdi = {str(table['enable_cdi']).lower()}")
+    if wrong:
+        return fail(
+            f"containerd's configuration has a value of the wrong type ({wrong[0]}): containerd will not"
+            " start with it",
+            *wrong,
+            fix="fix the value named above (nvidia-ctk runtime configure --runtime=containerd writes a"
+            " valid one), then systemctl restart containerd",
+        )
     evidence = [f"read {probe.display(p)}" for p in files]
     evidence += [f"{w}: runtime {n!r} BinaryName={b or '(default)'}" for n, (b, w) in runtimes.items()]
     evidence += [f"{w}: default_runtime_name = {d!r}" for d, w in defaults]
@@ -250,6 +284,36 @@ def check_cdi(ctx: NodeContext) -> Outcome:
     return ok(f"CDI spec describes all {gpus} GPU(s)", *evidence)
 
 
+def _docker_type_errors(conf: Any) -> list[str]:
+    """The keys of daemon.json the doctor reads whose value has a type dockerd rejects."""
+    if not isinstance(conf, dict):
+        return [f"the top level is {_json_type(conf)}, not an object"]
+    wrong = []
+    if "default-runtime" in conf and not isinstance(conf["default-runtime"], str):
+        wrong.append(f"default-runtime is {_json_type(conf['default-runtime'])}, not a string")
+    runtimes = conf.get("runtimes", {})
+    if not isinstance(runtimes, dict):
+        return [*wrong, f"runtimes is {_json_type(runtimes)}, not an object"]
+    for name, spec in runtimes.items():
+        if not isinstance(spec, dict):
+            wrong.append(f"runtimes.{name} is {_json_type(spec)}, not an object with a path")
+        elif "path" in spec and not isinstance(spec["path"], str):
+            wrong.append(f"runtimes.{name}.path is {_json_type(spec['path'])}, not a string")
+    return wrong
+
+
+def _json_type(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return f"the number {value}"
+    if isinstance(value, str):
+        return "a string"
+    return "an object" if isinstance(value, dict) else "a list"
+
+
 def check_docker(ctx: NodeContext) -> Outcome:
     probe = ctx.facts.probe
     text = probe.read_text("etc/docker/daemon.json")
@@ -265,11 +329,23 @@ def check_docker(ctx: NodeContext) -> Outcome:
         )
     try:
         conf = json.loads(text) if text.strip() else {}
-    except json.JSONDecodeError as exc:
+    except (ValueError, RecursionError) as exc:  # JSONDecodeError; a 5000-digit number; deep nesting
+        where = (
+            f"line {exc.lineno}, column {exc.colno}: {exc.msg}"
+            if isinstance(exc, json.JSONDecodeError)
+            else "nested too deeply or a number too long to read"
+        )
         return fail(
-            f"/etc/docker/daemon.json does not parse (line {exc.lineno}, column {exc.colno}: {exc.msg}): "
-            "dockerd refuses to start",
+            f"/etc/docker/daemon.json does not parse ({where}): dockerd refuses to start",
             fix="fix the JSON, then systemctl restart docker",
+        )
+    wrong = _docker_type_errors(conf)
+    if wrong:
+        return fail(
+            f"/etc/docker/daemon.json has a value of the wrong type ({wrong[0]}): dockerd refuses to start",
+            *(f"/etc/docker/daemon.json: {w}" for w in wrong),
+            fix="fix the value named above (nvidia-ctk runtime configure --runtime=docker writes a valid"
+            " one), then systemctl restart docker",
         )
     runtimes = conf.get("runtimes") if isinstance(conf, dict) else None
     nvidia = runtimes.get("nvidia") if isinstance(runtimes, dict) else None

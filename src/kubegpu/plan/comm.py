@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from kubegpu import accounts
 from kubegpu.errors import InputError
 
-__all__ = ["CommPlan", "CommRequest", "LinkCost", "plan_comm"]
+__all__ = ["CommPlan", "CommRequest", "LinkCost", "plan_comm", "weight_read_ms"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -63,24 +63,47 @@ class CommPlan:
         return self.across.step_comm_ms / self.inside.step_comm_ms if self.inside.step_comm_ms else 1.0
 
 
-def _positive(value: float, flag: str) -> None:
-    if not math.isfinite(value) or value <= 0:
-        raise InputError(f"{flag} must be positive, got {value:g}")
+# Bounds on the inputs (docs/planning.md): generous for any real cluster, and tight enough that every
+# result (at most ~2e15 ms per step) stays a finite number in the table and in --json.
+MAX_TP = 1024  # GPUs in one tensor-parallel ring
+MAX_LAYERS = 10_000
+MAX_PER_LAYER = 100
+MIN_ALLREDUCE_MB, MAX_ALLREDUCE_MB = 1e-6, 1_000_000.0  # one byte .. 1 TB per all-reduce
+MIN_LINK_GBS, MAX_LINK_GBS = 0.001, 1_000_000.0  # 1 MB/s .. 1 PB/s
+MAX_STEP_MS = 10_000_000.0  # a decode step of almost three hours
+MAX_MODEL_GB = 1_000_000.0
+
+
+def _count(value: int, flag: str, low: int, high: int, why: str = "") -> None:
+    if not low <= value <= high:
+        raise InputError(f"{flag} must be between {low} and {high}{why}, got {value}")
+
+
+def _amount(value: float, flag: str, high: float, low: float = 0.0) -> None:
+    """``value`` finite and in (0, high] (or [low, high] when ``low`` is given)."""
+    ok = math.isfinite(value) and (low <= value if low else value > 0) and value <= high
+    if not ok:
+        floor = f"at least {low:g}" if low else "positive"
+        raise InputError(f"{flag} must be {floor} and at most {high:g}, got {value:g}")
+
+
+def weight_read_ms(model_gb: float, tp: int, bandwidth_gbps: float) -> float:
+    """The decode step's weight read when each of ``tp`` GPUs reads its shard of ``model_gb``."""
+    _count(tp, "--tp", 2, MAX_TP, " (one GPU does no all-reduce)")
+    _amount(model_gb, "--model-gb", MAX_MODEL_GB)
+    return accounts.decode_ms(model_gb / tp, bandwidth_gbps)
 
 
 def plan_comm(req: CommRequest) -> CommPlan:
     """Ring all-reduce traffic and time per decode step inside a group vs across groups."""
-    if req.tp < 2:
-        raise InputError(f"--tp must be at least 2 (one GPU does no all-reduce), got {req.tp}")
-    if req.layers < 1:
-        raise InputError(f"--layers must be at least 1, got {req.layers}")
-    if req.per_layer < 1:
-        raise InputError(f"--per-layer must be at least 1, got {req.per_layer}")
-    _positive(req.allreduce_mb, "--allreduce-mb")
-    _positive(req.link_gbs, "--link-gbs")
-    _positive(req.cross_gbs, "--cross-gbs")
+    _count(req.tp, "--tp", 2, MAX_TP, " (one GPU does no all-reduce)")
+    _count(req.layers, "--layers", 1, MAX_LAYERS)
+    _count(req.per_layer, "--per-layer", 1, MAX_PER_LAYER)
+    _amount(req.allreduce_mb, "--allreduce-mb", MAX_ALLREDUCE_MB, MIN_ALLREDUCE_MB)
+    _amount(req.link_gbs, "--link-gbs", MAX_LINK_GBS, MIN_LINK_GBS)
+    _amount(req.cross_gbs, "--cross-gbs", MAX_LINK_GBS, MIN_LINK_GBS)
     if req.base_step_ms is not None:
-        _positive(req.base_step_ms, "the base decode step")
+        _amount(req.base_step_ms, "--step-ms", MAX_STEP_MS)
 
     def cost(name: str, link: float) -> LinkCost:
         comm = accounts.allreduce_step_ms(req.tp, req.layers, req.per_layer, req.allreduce_mb, link)

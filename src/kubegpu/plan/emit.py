@@ -11,6 +11,7 @@ first, then written file by file with an atomic rename, so a failure leaves no h
 from __future__ import annotations
 
 import os
+import re
 import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -27,6 +28,7 @@ __all__ = [
     "DEVICE_PLUGIN_CONFIG_LABEL",
     "MIG_CONFIG_LABEL",
     "EmittedFile",
+    "check_tenants",
     "emit_pools",
     "emit_serve",
     "write_files",
@@ -152,10 +154,28 @@ def _config_key(option: ServeOption) -> str:
     return f"{option.mode.value}-{option.instances_per_gpu}"
 
 
+_DNS1123_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+
+
+def check_tenants(tenants: Sequence[str]) -> None:
+    """Tenants become namespaces: each a DNS-1123 label (what Kubernetes accepts), none twice."""
+    seen: set[str] = set()
+    for name in tenants:
+        if not _DNS1123_LABEL.fullmatch(name):
+            raise InputError(
+                f"--tenant {name!r}: not a namespace name: at most 63 lowercase letters, digits and '-',"
+                " starting and ending with a letter or digit (e.g. team-a)"
+            )
+        if name in seen:
+            raise InputError(f"--tenant {name!r}: given twice; each tenant gets its own namespace")
+        seen.add(name)
+
+
 def emit_serve(
     plan: ServePlan, tenants: Sequence[str], option: ServeOption | None = None
 ) -> list[EmittedFile]:
     """Files that realise ``option`` (default: the recommendation) for the tenant namespaces given."""
+    check_tenants(tenants)
     chosen = option or plan.recommendation.option
     if chosen is None:
         raise InputError("nothing to emit: the plan has no recommendation (see its reasons)")
@@ -442,9 +462,15 @@ def emit_pools(plan: PoolsPlan) -> list[EmittedFile]:
 
 def write_files(directory: Path, files: Sequence[EmittedFile]) -> list[Path]:
     """Write ``files`` into ``directory`` (created if absent): all to temporary files first, then
-    each renamed into place, so a failure while writing leaves the directory as it was."""
+    each renamed into place, so a failure while writing leaves the directory as it was (a directory
+    created for the purpose is removed again)."""
     if directory.exists() and not directory.is_dir():
         raise InputError(f"--emit {directory}: exists and is not a directory")
+    for f in files:
+        target = directory / f.name
+        if target.exists() and not target.is_file():
+            raise InputError(f"--emit {directory}: {f.name} exists and is not a file; move it away")
+    created = [p for p in (directory, *directory.parents) if not p.exists()]
     try:
         directory.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -457,10 +483,15 @@ def write_files(directory: Path, files: Sequence[EmittedFile]) -> list[Path]:
             with os.fdopen(fd, "w", encoding="utf-8") as out:
                 out.write(f.text)
             os.chmod(tmp, 0o755 if f.name.endswith(".sh") else 0o644)
+        for tmp, target in staged:
+            os.replace(tmp, target)
     except OSError as exc:
         for tmp, _ in staged:
             Path(tmp).unlink(missing_ok=True)
-        raise InputError(f"--emit {directory}: cannot write there: {exc.strerror}") from exc
-    for tmp, target in staged:
-        os.replace(tmp, target)
+        for made in created:  # innermost first; a directory something else wrote into stays
+            try:
+                made.rmdir()
+            except OSError:
+                break
+        raise InputError(f"--emit {directory}: cannot write there: {exc.strerror or exc}") from exc
     return [target for _, target in staged]

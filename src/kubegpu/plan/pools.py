@@ -19,6 +19,7 @@ from kubegpu.model.gpu import GpuModel
 
 __all__ = [
     "GPU_TAINT",
+    "MAX_REPLICAS",
     "POOL_LABEL",
     "PoolKind",
     "PoolPlan",
@@ -32,6 +33,14 @@ __all__ = [
 # kubegpu's own label and taint key for the pool a node belongs to (GFD owns nvidia.com/gpu.*).
 POOL_LABEL = "kubegpu.io/gpu-pool"
 _INT64_MAX = 2**63 - 1  # activeDeadlineSeconds is an int64 in the Kubernetes API
+# The agent's limit (kubegpu.deviceplugin.config.MAX_REPLICAS), which refuses a config with more
+# replicas per GPU; kubegpu.plan may not import kubegpu.deviceplugin (sibling layers), so
+# tests/unit/plan/test_pools.py checks that the two agree.
+MAX_REPLICAS = 1024
+# Bounds that keep a plan a plan (docs/planning.md): far above any cluster it is meant for.
+MAX_GPUS = 100_000
+MAX_USERS = 1_000_000
+MAX_GPUS_PER_NODE = 64
 # The seed's GPU node label for node selectors.
 GPU_ROLE_LABEL = "node-role.kubernetes.io/gpu"
 
@@ -136,14 +145,19 @@ class PoolsPlan:
 
 
 def _validate(req: PoolsRequest) -> None:
-    if req.gpus < 1:
-        raise InputError(f"--gpus must be at least 1, got {req.gpus}")
-    if req.users < 1:
-        raise InputError(f"--users must be at least 1, got {req.users}")
-    if req.replicas < 2:
-        raise InputError(f"--replicas must be at least 2 (NVIDIA's time-slicing minimum), got {req.replicas}")
-    if req.gpus_per_node < 1:
-        raise InputError(f"--gpus-per-node must be at least 1, got {req.gpus_per_node}")
+    if not 1 <= req.gpus <= MAX_GPUS:
+        raise InputError(f"--gpus must be between 1 and {MAX_GPUS}, got {req.gpus}")
+    if not 1 <= req.users <= MAX_USERS:
+        raise InputError(f"--users must be between 1 and {MAX_USERS}, got {req.users}")
+    if not 2 <= req.replicas <= MAX_REPLICAS:
+        raise InputError(
+            f"--replicas must be between 2 (NVIDIA's time-slicing minimum) and {MAX_REPLICAS} (the most"
+            f" kubegpu's agent accepts per GPU), got {req.replicas}"
+        )
+    if not 1 <= req.gpus_per_node <= MAX_GPUS_PER_NODE:
+        raise InputError(
+            f"--gpus-per-node must be between 1 and {MAX_GPUS_PER_NODE}, got {req.gpus_per_node}"
+        )
     if not (math.isfinite(req.deadline_hours) and 1 <= round(req.deadline_hours * 3600) <= _INT64_MAX):
         raise InputError(
             f"--deadline-hours must be a positive number of hours (one second to Kubernetes' int64"

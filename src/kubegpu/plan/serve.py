@@ -45,6 +45,7 @@ DEFAULT_RESERVE_GB = 1.0
 FP8_MIN_COMPUTE_CAPABILITY = (8, 9)
 # Time-slicing and MPS rows are listed up to this many tenants per card.
 MAX_SHARED_TENANTS = 16
+MIN_MODEL_GB = 0.001  # 1 MB: below it the modelled decode step rounds to zero and steps/s is infinite
 MAX_INSTANCES = 100_000  # a plan lists every card; beyond this it is no longer a plan a person reads
 
 
@@ -199,18 +200,18 @@ def _spread(instances: int, per_gpu: int) -> tuple[int, ...]:
 
 
 def _validate(req: ServeRequest) -> None:
-    if not math.isfinite(req.model_gb) or req.model_gb <= 0:
-        raise InputError(f"--model-gb must be a positive size in GB, got {req.model_gb:g}")
+    if not math.isfinite(req.model_gb) or req.model_gb < MIN_MODEL_GB:
+        raise InputError(f"--model-gb must be a size of at least {MIN_MODEL_GB:g} GB, got {req.model_gb:g}")
     if not 1 <= req.instances <= MAX_INSTANCES:
         raise InputError(f"--instances must be between 1 and {MAX_INSTANCES}, got {req.instances}")
     if not math.isfinite(req.kv_gb_per_instance) or req.kv_gb_per_instance < 0:
         raise InputError(f"--kv-gb-per-instance must not be negative, got {req.kv_gb_per_instance:g}")
     if not math.isfinite(req.reserve_gb) or req.reserve_gb < 0:
         raise InputError(f"--reserve-gb must not be negative, got {req.reserve_gb:g}")
-    if req.gpus_available is not None and req.gpus_available < 1:
-        raise InputError(f"--gpus-available must be at least 1, got {req.gpus_available}")
-    if req.max_step_ms is not None and not req.max_step_ms > 0:
-        raise InputError(f"--max-step-ms must be positive, got {req.max_step_ms:g}")
+    if req.gpus_available is not None and not 1 <= req.gpus_available <= MAX_INSTANCES:
+        raise InputError(f"--gpus-available must be between 1 and {MAX_INSTANCES}, got {req.gpus_available}")
+    if req.max_step_ms is not None and not (math.isfinite(req.max_step_ms) and req.max_step_ms > 0):
+        raise InputError(f"--max-step-ms must be a positive number of ms, got {req.max_step_ms:g}")
     if req.need_gb > req.gpu.memory_gb:
         raise InputError(
             f"one instance needs {_gb(req.weights_gb)} of {req.dtype.value} weights"

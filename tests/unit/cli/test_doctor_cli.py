@@ -84,3 +84,17 @@ def test_bare_doctor_narrows_the_cluster_part_to_this_host(tmp_path: Path) -> No
     assert res.returncode == 0, res.stdout
     api = next(f for f in json.loads(res.stdout)["findings"] if f["id"] == "cluster.api")
     assert api["evidence"] == ["in scope: gpu-node-1"]
+
+
+def test_an_unreadable_recorded_file_is_one_line_naming_it_and_exit_2(tmp_path: Path) -> None:
+    for f in RECORDED.glob("*.json"):
+        (tmp_path / f.name).write_text(f.read_text())
+    (tmp_path / "pods.json").write_text("[" * 100_000 + "]" * 100_000)
+    for command in (["cluster"], ["pod", "ml/train-a"]):
+        res = kubegpu("doctor", *command, "--from-recorded", tmp_path, "--json")
+        assert res.returncode == 2
+        assert res.stdout == ""
+        assert res.stderr.strip().splitlines() == [
+            f"kubegpu: error: {tmp_path / 'pods.json'}: nested too deeply to read"
+            " (kubectl get -o json expected)"
+        ]

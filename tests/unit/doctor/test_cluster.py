@@ -214,3 +214,23 @@ def test_failed_mig_reconfiguration_fails(cluster: RecordedCluster) -> None:
     node(cluster, "gpu-node-1")["metadata"]["labels"]["nvidia.com/mig.config.state"] = "failed"
     f = report(cluster).by_id("cluster.gpu-operator")
     assert f.status is Status.FAIL and "MIG reconfiguration failed on gpu-node-1" in f.summary
+
+
+@pytest.mark.parametrize("value", ["abc", "-1", "1e999", "1.5", "4Gi", "\u0664", None, -4, True])
+def test_a_gpu_capacity_that_is_not_a_whole_number_fails_naming_node_and_key(
+    cluster: RecordedCluster, value: object
+) -> None:
+    node(cluster, "gpu-node-1")["status"]["capacity"]["nvidia.com/gpu"] = value
+    r = report(cluster)
+    f = r.by_id("cluster.capacity")
+    assert f.status is Status.FAIL
+    assert "gpu-node-1: status.capacity.nvidia.com/gpu" in f.summary
+    assert "not a whole number" in f.summary
+    assert r.exit_code == 1
+
+
+def test_a_malformed_allocatable_is_named_rather_than_read_as_no_gpus(cluster: RecordedCluster) -> None:
+    node(cluster, "gpu-node-2")["status"]["allocatable"]["nvidia.com/gpu"] = "abc"
+    f = report(cluster).by_id("cluster.allocatable")
+    assert f.status is Status.FAIL
+    assert 'gpu-node-2: status.allocatable.nvidia.com/gpu = "abc"' in f.summary

@@ -166,3 +166,40 @@ def test_broken_daemon_json_names_line_and_column(host: FakeHost) -> None:
     f = finding(host, "runtime.docker")
     assert f.status is Status.FAIL
     assert "line 2" in f.summary
+
+
+def test_containerd_binary_name_of_the_wrong_type_fails_naming_file_and_key(host: FakeHost) -> None:
+    host.write(
+        "etc/containerd/config.toml",
+        textwrap.dedent(
+            """\
+            version = 2
+            [plugins."io.containerd.grpc.v1.cri".containerd]
+              default_runtime_name = "nvidia"
+            [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia.options]
+              BinaryName = 5
+            """
+        ),
+    )
+    f = finding(host, "runtime.containerd")
+    assert f.status is Status.FAIL
+    assert "/etc/containerd/config.toml" in f.summary
+    assert "runtimes.nvidia.options.BinaryName = 5 is not a string" in f.summary
+
+
+def test_docker_default_runtime_of_the_wrong_type_fails_naming_file_and_key(host: FakeHost) -> None:
+    host.write(
+        "etc/docker/daemon.json",
+        '{"runtimes": {"nvidia": {"path": "nvidia-container-runtime"}}, "default-runtime": ["nvidia"]}',
+    )
+    f = finding(host, "runtime.docker")
+    assert f.status is Status.FAIL
+    assert "/etc/docker/daemon.json" in f.summary
+    assert "default-runtime is a list, not a string" in f.summary
+
+
+def test_docker_runtime_that_is_not_an_object_fails(host: FakeHost) -> None:
+    host.write("etc/docker/daemon.json", '{"runtimes": {"nvidia": 5}}')
+    f = finding(host, "runtime.docker")
+    assert f.status is Status.FAIL
+    assert "runtimes.nvidia is the number 5, not an object" in f.summary

@@ -56,6 +56,12 @@ def test_a_few_ms_decode_step_more_than_doubles_across_groups() -> None:
         ({"allreduce_mb": -1.0}, "--allreduce-mb"),
         ({"link_gbs": 0.0}, "--link-gbs"),
         ({"cross_gbs": float("nan")}, "--cross-gbs"),
+        ({"tp": 10**20}, "--tp"),
+        ({"layers": 10**9}, "--layers"),
+        ({"allreduce_mb": 1e308}, "--allreduce-mb"),
+        ({"link_gbs": 1e-320}, "--link-gbs"),
+        ({"cross_gbs": float("inf")}, "--cross-gbs"),
+        ({"base_step_ms": float("inf")}, "--step-ms"),
     ],
 )
 def test_meaningless_input_names_the_flag(overrides: dict[str, object], flag: str) -> None:

@@ -234,3 +234,18 @@ def test_write_files_refuses_a_file_as_directory(tmp_path: Path) -> None:
     target.write_text("x")
     with pytest.raises(InputError, match="not a directory"):
         write_files(target, emit_serve(serve_plan(), TENANTS))
+
+
+def test_write_files_refuses_a_directory_in_place_of_a_file_and_writes_nothing(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    (out / "tenants.yaml").mkdir(parents=True)
+    with pytest.raises(InputError, match=r"tenants\.yaml exists and is not a file"):
+        write_files(out, emit_serve(serve_plan(), TENANTS))
+    assert [p.name for p in out.iterdir()] == ["tenants.yaml"]
+
+
+@pytest.mark.parametrize("tenants", [["BAD NS!"], [""], ["-a"], ["A"], ["a" * 64], ["x", "x"]])
+def test_emit_serve_refuses_tenants_that_are_not_distinct_namespace_names(tenants: list[str]) -> None:
+    plan = plan_serve(ServeRequest(model_gb=14, instances=len(tenants), gpu=gpu_model("H100-80GB")))
+    with pytest.raises(InputError, match="--tenant"):
+        emit_serve(plan, tenants)

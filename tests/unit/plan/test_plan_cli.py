@@ -145,6 +145,24 @@ def test_comm_with_model_size_adds_the_weight_read(capsys: pytest.CaptureFixture
         ["plan", "pools", "--gpus", "4", "--gpu", "A100-80GB", "--users", "20", "--exclusive", "9"],
         ["plan", "comm", "--tp", "1"],
         ["plan", "comm", "--link-gbs", "0"],
+        ["plan", "comm", "--link-gbs", "1e-320"],
+        ["plan", "serve", "--model-gb", "1e-320", "--instances", "5", "--gpu", "H100-80GB"],
+        ["plan", "comm", "--allreduce-mb", "1e308", "--layers", "1000000000", "--json"],
+        ["plan", "comm", "--tp", "99999999999999999999"],
+        ["plan", "comm", "--model-gb", "1e309"],
+        ["plan", "pools", "--gpus", "99999999999999999999", "--gpu", "A100-80GB", "--users", "20"],
+        [
+            "plan",
+            "serve",
+            "--model-gb",
+            "14",
+            "--instances",
+            "5",
+            "--gpu",
+            "H100-80GB",
+            "--max-step-ms",
+            "inf",
+        ],
     ],
 )
 def test_bad_input_exits_2_with_one_line_and_no_traceback(
@@ -161,3 +179,59 @@ def test_help_shows_examples(capsys: pytest.CaptureFixture[str], cmd: str) -> No
     code, out, _ = run(capsys, "plan", cmd, "--help")
     assert code == 0
     assert "Examples" in out and f"kubegpu plan {cmd}" in out
+
+
+@pytest.mark.parametrize(
+    ("tenants", "message"),
+    [
+        (["BAD NS!"], "--tenant 'BAD NS!': not a namespace name"),
+        ([""], "--tenant '': not a namespace name"),
+        (["a" * 64], "at most 63"),
+        (["team-a", "team-a"], "--tenant 'team-a': given twice"),
+    ],
+)
+def test_serve_refuses_a_tenant_that_is_not_a_namespace_and_writes_nothing(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, tenants: list[str], message: str
+) -> None:
+    flags = [arg for t in tenants for arg in ("--tenant", t)]
+    code, _, err = run(capsys, *EXERCISE1[:-1], *flags, "--emit", str(tmp_path / "out"))
+    assert code == 2
+    assert message in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(
+    "command", [EXERCISE1, ["plan", "pools", "--gpus", "4", "--gpu", "A100-80GB", "--users", "20"]]
+)
+def test_an_empty_emit_path_is_refused_instead_of_writing_into_the_current_directory(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, command: list[str]
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    code, _, err = run(capsys, *command, "--emit", "")
+    assert code == 2
+    assert "--emit: the path is empty" in err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_pools_refuses_more_replicas_than_the_agent_accepts_before_writing(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    out_dir = tmp_path / "pools"
+    argv = ["plan", "pools", "--gpus", "4", "--gpu", "A100-80GB", "--users", "20", "--replicas", "999999999"]
+    code, _, err = run(capsys, *argv, "--emit", str(out_dir))
+    assert code == 2
+    assert "--replicas must be between 2" in err and "1024" in err
+    assert not out_dir.exists()
+
+
+def test_comm_json_stays_finite_at_the_edges_of_every_range(capsys: pytest.CaptureFixture[str]) -> None:
+    edges = ["--tp", "1024", "--layers", "10000", "--per-layer", "100", "--allreduce-mb", "1e6"]
+    edges += ["--link-gbs", "0.001", "--cross-gbs", "1e6", "--step-ms", "1e7"]
+    code, out, err = run(capsys, "plan", "comm", *edges, "--json")
+    assert code == 0, err
+
+    def refuse(constant: str) -> float:
+        raise AssertionError(f"{constant} in --json output")
+
+    doc = json.loads(out, parse_constant=refuse)
+    assert doc["inside"]["step_comm_ms"] > 0

@@ -2,11 +2,23 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
+from kubegpu.deviceplugin import config as agent_config
 from kubegpu.errors import InputError
 from kubegpu.model.gpu import gpu_model
-from kubegpu.plan.pools import GPU_TAINT, POOL_LABEL, PoolKind, PoolsPlan, PoolsRequest, plan_pools
+from kubegpu.plan.emit import emit_pools, write_files
+from kubegpu.plan.pools import (
+    GPU_TAINT,
+    MAX_REPLICAS,
+    POOL_LABEL,
+    PoolKind,
+    PoolsPlan,
+    PoolsRequest,
+    plan_pools,
+)
 
 A100 = gpu_model("A100-80GB")
 
@@ -72,8 +84,20 @@ def test_all_exclusive_leaves_no_shared_pool_and_says_so() -> None:
         ({"gpus_per_node": 3}, "--gpus 4 is not a whole number"),
         ({"gpus": 8, "gpus_per_node": 4, "exclusive": 2}, "--exclusive 2"),
         ({"deadline_hours": 0}, "--deadline-hours"),
+        ({"replicas": MAX_REPLICAS + 1}, "--replicas"),
+        ({"gpus": 10**20}, "--gpus"),
+        ({"users": 10**20}, "--users"),
+        ({"gpus_per_node": 10**20}, "--gpus-per-node"),
     ],
 )
 def test_bad_input_names_the_flag(overrides: dict[str, object], flag: str) -> None:
     with pytest.raises(InputError, match=flag):
         exercise3(**overrides)
+
+
+def test_the_replica_limit_is_the_agents_and_its_largest_plan_loads_in_the_agent(tmp_path: Path) -> None:
+    assert agent_config.MAX_REPLICAS == MAX_REPLICAS
+    write_files(tmp_path, emit_pools(exercise3(replicas=MAX_REPLICAS)))
+    loaded = agent_config.load_config(tmp_path / "device-plugin-config-time-sliced.yaml")
+    assert loaded.sharing is not None
+    assert [r.replicas for r in loaded.sharing.resources] == [MAX_REPLICAS]
