@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from kubegpu.doctor.jsonkind import describe_json
 from kubegpu.errors import ClusterUnreachable, InputError
 
 __all__ = [
@@ -116,25 +117,13 @@ def _load_json(path: Path) -> Any:
         return doc
     if not isinstance(doc, dict):
         raise InputError(
-            f"{path}: {_json_type(doc)}, not a Kubernetes object or list (kubectl get -o json expected)"
+            f"{path}: {describe_json(doc)}, not a Kubernetes object or list (kubectl get -o json expected)"
         )
     if "items" in doc and not isinstance(doc["items"], list):
-        raise InputError(f"{path}: items is {_json_type(doc['items'])}, not a list of objects")
+        raise InputError(f"{path}: items is {describe_json(doc['items'])}, not a list of objects")
     if "kind" not in doc and "items" not in doc:
         raise InputError(f"{path}: an object without kind or items (kubectl get -o json expected)")
     return doc
-
-
-def _json_type(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, int | float):
-        return "a number"
-    if isinstance(value, str):
-        return "a string"
-    return "an object" if isinstance(value, dict) else "an array"
 
 
 @dataclass(kw_only=True)

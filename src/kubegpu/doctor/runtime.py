@@ -19,6 +19,7 @@ from kubegpu.doctor.chain import Check
 from kubegpu.doctor.finding import CheckId, Layer, Outcome, fail, ok, skip, warn
 from kubegpu.doctor.host import ID_GPU_PRESENT, NodeContext
 from kubegpu.doctor.hostprobe import HostProbe
+from kubegpu.doctor.jsonkind import describe_json
 
 __all__ = ["RUNTIME_CHECKS"]
 
@@ -287,31 +288,19 @@ def check_cdi(ctx: NodeContext) -> Outcome:
 def _docker_type_errors(conf: Any) -> list[str]:
     """The keys of daemon.json the doctor reads whose value has a type dockerd rejects."""
     if not isinstance(conf, dict):
-        return [f"the top level is {_json_type(conf)}, not an object"]
+        return [f"the top level is {describe_json(conf)}, not an object"]
     wrong = []
     if "default-runtime" in conf and not isinstance(conf["default-runtime"], str):
-        wrong.append(f"default-runtime is {_json_type(conf['default-runtime'])}, not a string")
+        wrong.append(f"default-runtime is {describe_json(conf['default-runtime'])}, not a string")
     runtimes = conf.get("runtimes", {})
     if not isinstance(runtimes, dict):
-        return [*wrong, f"runtimes is {_json_type(runtimes)}, not an object"]
+        return [*wrong, f"runtimes is {describe_json(runtimes)}, not an object"]
     for name, spec in runtimes.items():
         if not isinstance(spec, dict):
-            wrong.append(f"runtimes.{name} is {_json_type(spec)}, not an object with a path")
+            wrong.append(f"runtimes.{name} is {describe_json(spec)}, not an object with a path")
         elif "path" in spec and not isinstance(spec["path"], str):
-            wrong.append(f"runtimes.{name}.path is {_json_type(spec['path'])}, not a string")
+            wrong.append(f"runtimes.{name}.path is {describe_json(spec['path'])}, not a string")
     return wrong
-
-
-def _json_type(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, int | float):
-        return f"the number {value}"
-    if isinstance(value, str):
-        return "a string"
-    return "an object" if isinstance(value, dict) else "a list"
 
 
 def check_docker(ctx: NodeContext) -> Outcome:
