@@ -41,10 +41,9 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from enum import Enum
+from functools import partial
 from pathlib import Path
 from typing import Any, Generic, TypeVar
-
-import yaml
 
 from kubegpu.deviceplugin.policies import ALLOCATION_POLICIES, REPLICA_POLICIES
 from kubegpu.echo import clip, shorten
@@ -54,6 +53,7 @@ from kubegpu.health.quarantine import EvictionPolicy, QuarantinePolicy, Quaranti
 from kubegpu.health.xid import DEFAULT_IGNORED_XIDS, XidPolicy
 from kubegpu.model.dra import DraGpus
 from kubegpu.model.migplan import MigManagerSettings
+from kubegpu.sources.yamlfile import load_located
 
 __all__ = [
     "CLI_FLAGS",
@@ -405,20 +405,30 @@ def _read_file(path: Path) -> dict[str, Any]:
         raise ConfigError(f"{path}: cannot read the config file: {exc.strerror or exc}") from exc
     except UnicodeDecodeError as exc:
         raise ConfigError(f"{path}: not a UTF-8 text file (YAML or JSON expected): {exc.reason}") from exc
-    try:
-        data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
-    except json.JSONDecodeError as exc:
-        raise ConfigError(f"{path}:{exc.lineno}: not valid JSON: {exc.msg}") from exc
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        line = f":{mark.line + 1}" if mark is not None else ""
-        problem = getattr(exc, "problem", None) or str(exc)
-        raise ConfigError(f"{path}{line}: not valid YAML: {problem}") from exc
+    if path.suffix == ".json":
+        try:
+            data = json.loads(text, object_pairs_hook=partial(_unique_keys, path))
+        except json.JSONDecodeError as exc:
+            raise ConfigError(f"{path}:{exc.lineno}: not valid JSON: {exc.msg}") from exc
+        except RecursionError as exc:
+            raise ConfigError(f"{path}: nested too deeply to be a config file") from exc
+    else:  # a key given twice is refused there too, naming both lines
+        data = load_located(text, str(path), ConfigError).data
     if data is None:
         return {}
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: the config must be a mapping with 'version: v1' at the top")
     return data
+
+
+def _unique_keys(path: Path, pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """One JSON object, refusing a key given twice (``json`` would keep the last silently)."""
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise ConfigError(f"{path}: key {key!r} appears twice in one object")
+        out[key] = value
+    return out
 
 
 def _mapping(where: str, value: object) -> dict[str, Any]:

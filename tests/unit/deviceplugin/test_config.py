@@ -146,6 +146,21 @@ def test_yaml_syntax_errors_name_the_file_and_line(tmp_path: Path) -> None:
         load_config(path)
 
 
+def test_a_key_given_twice_is_refused_naming_both_lines(tmp_path: Path) -> None:
+    # YAML's loader would keep the second migStrategy silently: the agent would run another strategy
+    path = write(tmp_path, "version: v1\nflags:\n  migStrategy: single\n  migStrategy: mixed\n")
+    with pytest.raises(ConfigError, match=r"config\.yaml:4: flags\.migStrategy: .*twice.*first on line 3"):
+        load_config(path)
+
+
+def test_a_json_key_given_twice_is_refused(tmp_path: Path) -> None:
+    path = write(
+        tmp_path, '{"version": "v1", "flags": {"migStrategy": "none", "migStrategy": "mixed"}}', "c.json"
+    )
+    with pytest.raises(ConfigError, match=r"c\.json: key 'migStrategy' appears twice"):
+        load_config(path)
+
+
 def test_missing_file_is_a_config_error(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="cannot read"):
         load_config(tmp_path / "nope.yaml")
