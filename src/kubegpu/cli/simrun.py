@@ -11,6 +11,7 @@ guess about) returns ``False`` and goes through typer (``kubegpu.cli.sim``), whi
 from __future__ import annotations
 
 import json
+import math
 import sys
 from functools import partial
 from pathlib import Path
@@ -175,8 +176,8 @@ def _render(summaries: list[Any], document: dict[str, Any]) -> None:
             "-" if a100 is None else f"{a100:.2f}",
             "-" if a130 is None else f"{a130:.2f} ± {sd130:.2f}",
             "-" if s.unallocated_gpus(130) is None else f"{s.unallocated_gpus(130):.0f}",
-            f"{frag90:.2f}",
-            f"{ratio90:.1f}",
+            "-" if math.isnan(frag90) else f"{frag90:.2f}",  # no replay reached 90 % arrived
+            "-" if math.isnan(ratio90) else f"{ratio90:.1f}",
             comm,
             split,
             f"{s.seconds:.1f}",

@@ -115,6 +115,9 @@ def _rows(path: Path, required: Sequence[str]) -> Iterator[tuple[int, dict[str, 
         if header is None:
             raise TraceError(f"{path}: empty file; expected a header with {', '.join(required)}")
         header = [h.strip() for h in header]
+        twice = [c for c in header if c and header.count(c) > 1]
+        if twice:  # which of the two counts would be a guess (and the fast loader took the first)
+            raise TraceError(f"{path}:1: column {twice[0]!r} appears twice in the header")
         missing = [c for c in required if c not in header]
         if missing:
             raise TraceError(
@@ -196,7 +199,7 @@ def _fast_pods(p: Path) -> tuple[PodRecord, ...] | None:
     if not rows:
         return None
     header = [h.strip() for h in rows[0]]
-    if any(c not in header for c in POD_COLUMNS):
+    if any(c not in header for c in POD_COLUMNS) or len(set(header)) != len(header):
         return None
     i_name, i_cpu, i_mem, i_num, i_milli = (header.index(c) for c in POD_COLUMNS)
     i_spec = header.index("gpu_spec") if "gpu_spec" in header else -1

@@ -111,6 +111,20 @@ def test_plot_and_out_write_their_files(tmp_path: Path) -> None:
     assert "packing" in result.stdout  # the table
 
 
+def test_a_cluster_where_nothing_fits_shows_no_data_not_nan(tmp_path: Path) -> None:
+    # a GPU node without cores or memory: every pod fails, no replay has a 90 % point to show
+    nodes, pods = tmp_path / "nodes.csv", tmp_path / "pods.csv"
+    nodes.write_text("sn,cpu_milli,memory_mib,gpu,model\nn0,0,0,2,T4\n")
+    pods.write_text("name,cpu_milli,memory_mib,num_gpu,gpu_milli\np0,1000,1024,1,500\np1,1000,1024,1,1000\n")
+    result = CliRunner().invoke(
+        app, ["sim", "--nodes", str(nodes), "--pods", str(pods), "--policy", "fgd", "--seeds", "1"]
+    )
+    assert result.exit_code == 0, result.output
+    row = next(line for line in result.output.splitlines() if line.startswith("│ fgd"))  # the first table
+    assert "nan" not in result.output
+    assert row.count(" - ") >= 5  # allocation, idle GPUs, fragmentation and its ratio: no data
+
+
 def test_workers_give_the_same_numbers_as_one_process(tmp_path: Path) -> None:
     nodes, pods = trace_files(tmp_path)
     base = [

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -87,6 +88,22 @@ def test_bad_node_file_is_rejected_with_its_location(tmp_path: Path, text: str, 
     with pytest.raises(TraceError) as info:
         load_nodes(path)
     assert f"{path}{fragment}" in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "loader"),
+    [
+        ("pods.csv", "name,cpu_milli,memory_mib,num_gpu,gpu_milli,name\np0,1000,1000,1,1000,x\n", load_pods),
+        ("nodes.csv", "sn,cpu_milli,memory_mib,gpu,model,gpu\nn0,1,1,1,T4,2\n", load_nodes),
+    ],
+)
+def test_a_column_named_twice_is_refused(
+    tmp_path: Path, name: str, text: str, loader: Callable[[Path], object]
+) -> None:
+    # which of the two a row means would be a guess: the fast loader took the first, csv the last
+    path = write(tmp_path, name, text)
+    with pytest.raises(TraceError, match=r":1: column '(name|gpu)' appears twice in the header"):
+        loader(path)
 
 
 def test_missing_file_is_an_input_error_not_a_traceback(tmp_path: Path) -> None:
