@@ -23,6 +23,7 @@ A GPU with no NVLink is a domain and a clique of its own. MIG instances carry th
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -61,6 +62,7 @@ __all__ = [
     "pairwise_nvlink",
     "resource_slices",
     "semver",
+    "slice_name",
 ]
 
 DRIVER_NAME = "gpu.kubegpu.io"
@@ -369,6 +371,19 @@ def _label_value(node_name: str) -> str:
     return node_name[:63].rstrip("-.")
 
 
+_MAX_OBJECT_NAME = 253  # a ResourceSlice's name is a DNS-1123 subdomain
+
+
+def slice_name(node_name: str, driver: str, k: int) -> str:
+    """``<node>-<driver>-<k>``; where that is longer than an object name may be (a node name near its own
+    253 characters), the node part is cut short and a digest of the whole node name keeps it unique."""
+    name = f"{node_name}-{driver}-{k}"
+    if len(name) <= _MAX_OBJECT_NAME:
+        return name
+    tail = f"-{hashlib.sha256(node_name.encode()).hexdigest()[:10]}-{driver}-{k}"
+    return node_name[: _MAX_OBJECT_NAME - len(tail)].rstrip("-.") + tail
+
+
 def resource_slices(
     *,
     node_name: str,
@@ -378,8 +393,8 @@ def resource_slices(
     driver: str = DRIVER_NAME,
 ) -> list[ApiObject]:
     """The pool's ResourceSlices (pool = node), at most ``MAX_DEVICES_PER_SLICE`` devices each, named
-    ``<node>-<driver>-<k>`` so publishing is an idempotent create-or-replace; at least one (possibly
-    empty) slice, because an empty pool is not the same as no pool."""
+    ``<node>-<driver>-<k>`` (``slice_name``) so publishing is an idempotent create-or-replace; at least
+    one (possibly empty) slice, because an empty pool is not the same as no pool."""
     chunks = [
         list(devices[i : i + MAX_DEVICES_PER_SLICE]) for i in range(0, len(devices), MAX_DEVICES_PER_SLICE)
     ]
@@ -387,7 +402,7 @@ def resource_slices(
     slices: list[ApiObject] = []
     for k, chunk in enumerate(chunks):
         metadata: ApiObject = {
-            "name": f"{node_name}-{driver}-{k}",
+            "name": slice_name(node_name, driver, k),
             "labels": {"app.kubernetes.io/managed-by": "kubegpu", "kubegpu.io/node": _label_value(node_name)},
         }
         if node_uid:
