@@ -4,7 +4,7 @@
 past argparse) becomes ``<script>: error: <message>`` on stderr and the error's exit code (2 for bad
 input). The argparse types refuse a value before any work starts: ``count`` (an integer >= 1),
 ``counts`` (``2,8``), ``seed`` (>= 0), ``seeds`` (``42``, ``42-51`` or ``42,44``), ``tie_modes``,
-``positive`` (a finite number > 0) and ``inflate`` (0 or a finite number > 0). ``check_out_file``
+``positive`` (a finite number > 0) and ``inflate`` (as ``kubegpu sim``). ``check_out_file``
 checks an output file the user named before the long work, as ``kubegpu.sim.plot.check_plot_path``
 does for figures.
 """
@@ -108,10 +108,14 @@ def positive(text: str) -> float:
 
 
 def inflate(text: str) -> float:
-    """argparse type: ``--inflate``, 0 (the trace as it is) or a finite multiple of capacity above 0."""
+    """argparse type: ``--inflate`` as ``kubegpu sim`` takes it (``kubegpu.sim.workload.check_inflate``)."""
+    from kubegpu.sim.workload import check_inflate
+
     value = _number(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be 0 (no inflation) or above, got {text!r}")
+    try:
+        check_inflate(value)
+    except InputError as exc:
+        raise argparse.ArgumentTypeError(str(exc).removeprefix("--inflate ")) from None
     return value
 
 

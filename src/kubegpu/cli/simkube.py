@@ -7,7 +7,6 @@ with progress lines on stderr, compare with ``kubegpu sim`` for a policy, print 
 from __future__ import annotations
 
 import json
-import math
 import sys
 from pathlib import Path
 from typing import Any
@@ -93,8 +92,9 @@ def run_kube(
 
     if limit is not None and limit < 1:
         raise InputError(f"--limit must be at least 1, got {limit}")
-    if not math.isfinite(inflate) or inflate < 0:
-        raise InputError(f"--inflate must be 0 or a positive number, got {inflate}")
+    from kubegpu.sim.workload import check_inflate
+
+    check_inflate(inflate)
     from kubegpu.sim.openb import resolve
 
     files = resolve(nodes, pods)

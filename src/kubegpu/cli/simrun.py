@@ -19,7 +19,6 @@ from typing import Any
 
 from kubegpu.errors import InputError
 
-MAX_INFLATE = 10.0  # arrivals of 10x the GPU capacity: every curve is flat long before
 MAX_NODE_LEVEL_CORES = 1024  # `sim bound --node-level`: 4,096 grid steps of 0.25 core, a few 100 MB
 # What `kubegpu sim` replays by default: the artifact's six and kubegpu's default placement, the
 # plan-guided `kubegpu-plan`; `kubegpu` (its score without the plan) stays reachable by name.
@@ -242,12 +241,10 @@ def check_node_level(workload: Any, cpu_step: float) -> None:
 
 
 def check_inflate(inflate: float) -> None:
-    """Refuse an ``--inflate`` outside 0..MAX_INFLATE (NaN included)."""
-    if not 0 <= inflate <= MAX_INFLATE:
-        raise InputError(
-            f"--inflate must be 0 (no inflation) or a multiple of capacity up to {MAX_INFLATE:g},"
-            f" got {inflate}"
-        )
+    """``kubegpu.sim.workload.check_inflate``, imported only when a command checks its flag."""
+    from kubegpu.sim.workload import check_inflate as check
+
+    check(inflate)
 
 
 def _per_seed(

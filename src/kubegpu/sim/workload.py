@@ -9,7 +9,6 @@ with the artifact's stop check. ``node_order`` is the seed's fixed node order th
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -134,6 +133,18 @@ def seed_stream(seed: int, stream: int) -> np.random.Generator:
 STREAM_SHUFFLE, STREAM_INFLATE, STREAM_NODES, STREAM_TIES, STREAM_RANDOM = range(5)
 
 
+MAX_INFLATE = 10.0  # arrivals of 10x the GPU capacity: every curve is flat long before
+
+
+def check_inflate(inflate: float) -> None:
+    """Refuse an ``--inflate`` outside 0..``MAX_INFLATE``; NaN too (it would never end ``arrivals``)."""
+    if not 0 <= inflate <= MAX_INFLATE:
+        raise InputError(
+            f"--inflate must be 0 (no inflation) or a multiple of capacity up to {MAX_INFLATE:g},"
+            f" got {inflate}"
+        )
+
+
 def arrivals(workload: Workload, seed: int, inflate: float) -> IntArray:
     """Pod indices in arrival order for ``seed``.
 
@@ -144,8 +155,7 @@ def arrivals(workload: Workload, seed: int, inflate: float) -> IntArray:
     below the trace's own demand, random pods are removed until the demand fits instead; with 0 the
     shuffled trace is replayed as it is.
     """
-    if not math.isfinite(inflate) or inflate < 0:  # NaN would never stop the loop below
-        raise InputError(f"--inflate must be 0 (no inflation) or a positive number, got {inflate}")
+    check_inflate(inflate)
     n = len(workload.pod_shape)
     order = seed_stream(seed, STREAM_SHUFFLE).permutation(n).astype(np.int64)
     if inflate == 0:

@@ -50,7 +50,8 @@ benchcli = load_benchcli()
         ("positive", "nan", "must be a finite number, got 'nan'"),
         ("inflate", "nan", "must be a finite number, got 'nan'"),
         ("inflate", "inf", "must be a finite number, got 'inf'"),
-        ("inflate", "-1", "must be 0 (no inflation) or above, got '-1'"),
+        ("inflate", "-1", "must be 0 (no inflation) or a multiple of capacity up to 10, got -1.0"),
+        ("inflate", "11", "must be 0 (no inflation) or a multiple of capacity up to 10, got 11.0"),
     ],
 )
 def test_argparse_types_refuse_with_a_message(kind: str, text: str, message: str) -> None:

@@ -63,7 +63,8 @@ def test_bad_input_is_one_line_and_exit_2(cli: Runner, trace: tuple[Path, Path],
                      "--inflate", inflate)  # fmt: skip
         assert (
             result.code == 2
-            and f"--inflate must be 0 or a positive number, got {float(inflate)}" in result.err
+            and f"--inflate must be 0 (no inflation) or a multiple of capacity up to 10, got {float(inflate)}"
+            in result.err
         )
     bad = tmp_path / "bad.csv"
     bad.write_text("sn,cpu_milli,memory_mib,gpu,model\nn0,lots,65536,2,T4\n")
