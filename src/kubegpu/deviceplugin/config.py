@@ -53,6 +53,7 @@ from kubegpu.health.quarantine import EvictionPolicy, QuarantinePolicy, Quaranti
 from kubegpu.health.xid import DEFAULT_IGNORED_XIDS, XidPolicy
 from kubegpu.model.dra import DraGpus
 from kubegpu.model.migplan import MigManagerSettings
+from kubegpu.model.names import is_dns_subdomain
 from kubegpu.sources.yamlfile import load_located
 
 __all__ = [
@@ -260,7 +261,6 @@ def _env_xids(where: str, value: str) -> frozenset[int]:
 RESOURCE_NAME_PREFIX = "nvidia.com"
 MAX_RESOURCE_NAME_LENGTH = 63  # the whole name, prefix included
 SHARED_SUFFIX = ".shared"
-_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _UINT = re.compile(r"^[0-9]+$")
 _HEX_UUID = re.compile(r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$")
 _HEX32 = re.compile(r"^[0-9a-fA-F]{32}$")
@@ -283,7 +283,7 @@ def resource_name(where: str, value: object) -> str:
             f"{MAX_RESOURCE_NAME_LENGTH}"
         )
     short = full.split("/", 1)[1]
-    if len(short) > 253 or not _DNS_SUBDOMAIN.match(short):
+    if not is_dns_subdomain(short):
         raise ConfigError(
             f"{where}: {shorten(full)} is not a valid resource name: after {RESOURCE_NAME_PREFIX}/ "
             f"it must be a DNS subdomain (lower-case letters, digits, '-' and '.', starting and ending "
@@ -751,7 +751,7 @@ def _parse_mig_manager(where: str, value: object) -> MigManagerSettings:
 def _lease(where: str, value: object) -> str:
     text = _str(where, value)
     ns, sep, name = text.partition("/")
-    if not sep or not _DNS_SUBDOMAIN.match(ns) or not _DNS_SUBDOMAIN.match(name):
+    if not sep or not is_dns_subdomain(ns) or not is_dns_subdomain(name):
         raise ConfigError(
             f"{where}: {shorten(text)} must be NAMESPACE/NAME of a Lease, e.g. kube-system/kubegpu-quarantine"
         )

@@ -37,6 +37,7 @@ from kubegpu.deviceplugin.config import (
 )
 from kubegpu.echo import shorten
 from kubegpu.errors import ConfigError, SourceError
+from kubegpu.model.names import is_dns_subdomain
 from kubegpu.model.node import Gpu, MigInstance, Node, uuid_problem
 
 __all__ = [
@@ -142,7 +143,6 @@ class Inventory:
         return None
 
 
-_DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _QUALIFIED_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
 
 
@@ -154,12 +154,7 @@ def is_extended_resource_name(name: str) -> bool:
     if qualified.count("/") != 1:
         return False
     prefix, short = qualified.split("/")
-    return (
-        0 < len(prefix) <= 253
-        and bool(_DNS1123_SUBDOMAIN.fullmatch(prefix))
-        and 0 < len(short) <= 63
-        and bool(_QUALIFIED_NAME.fullmatch(short))
-    )
+    return is_dns_subdomain(prefix) and 0 < len(short) <= 63 and bool(_QUALIFIED_NAME.fullmatch(short))
 
 
 def mig_resource_name(profile: str) -> ResourceName:

@@ -34,6 +34,7 @@ from typing import Any
 from kubegpu.errors import InputError
 from kubegpu.model.gpu import gpu_model
 from kubegpu.model.mig import profile
+from kubegpu.model.names import MAX_LABEL, MAX_SUBDOMAIN
 from kubegpu.model.node import Gpu, MigInstance, Node
 from kubegpu.model.topology import LinkKind, Topology
 
@@ -368,20 +369,17 @@ def allocated_devices(claims: Iterable[ApiObject], *, pool: str, driver: str = D
 
 def _label_value(node_name: str) -> str:
     """A node name as a label value: at most 63 characters, ending with a letter or digit."""
-    return node_name[:63].rstrip("-.")
-
-
-_MAX_OBJECT_NAME = 253  # a ResourceSlice's name is a DNS-1123 subdomain
+    return node_name[:MAX_LABEL].rstrip("-.")
 
 
 def slice_name(node_name: str, driver: str, k: int) -> str:
     """``<node>-<driver>-<k>``; where that is longer than an object name may be (a node name near its own
     253 characters), the node part is cut short and a digest of the whole node name keeps it unique."""
     name = f"{node_name}-{driver}-{k}"
-    if len(name) <= _MAX_OBJECT_NAME:
+    if len(name) <= MAX_SUBDOMAIN:  # a ResourceSlice's name is a DNS-1123 subdomain
         return name
     tail = f"-{hashlib.sha256(node_name.encode()).hexdigest()[:10]}-{driver}-{k}"
-    return node_name[: _MAX_OBJECT_NAME - len(tail)].rstrip("-.") + tail
+    return node_name[: MAX_SUBDOMAIN - len(tail)].rstrip("-.") + tail
 
 
 def resource_slices(

@@ -10,6 +10,7 @@ import re
 from dataclasses import dataclass
 from typing import NewType
 
+from kubegpu.model.names import MAX_SUBDOMAIN, is_dns_subdomain
 from kubegpu.model.topology import Topology
 
 __all__ = [
@@ -46,8 +47,7 @@ MAX_GPUS = 1024
 MAX_NUMA_NODE = 1023
 # A node name is a Kubernetes Node's name: a DNS-1123 subdomain (dot-separated lower-case labels of
 # letters, digits and '-'), at most 253 characters.
-MAX_NODE_NAME = 253
-_NODE_NAME_RE = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+MAX_NODE_NAME = MAX_SUBDOMAIN
 # A PCI address as nvidia-smi and NVML print it (``00000000:3B:00.0``) or as sysfs does
 # (``0000:3b:00.0``): domain, bus, device (hex), then the function 0-7.
 _PCI_BUS_ID_RE = re.compile(r"(?:[0-9A-Fa-f]{4}|[0-9A-Fa-f]{8}):[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7]")
@@ -57,7 +57,7 @@ def node_name_problem(name: str) -> str | None:
     """Why ``name`` cannot name a Kubernetes node (a phrase to follow the name), or ``None``."""
     if len(name) > MAX_NODE_NAME:
         return f"is {len(name)} characters long; a node name has at most {MAX_NODE_NAME}"
-    if not _NODE_NAME_RE.fullmatch(name):
+    if not is_dns_subdomain(name):
         return "is not a valid node name (lower-case letters, digits, '-' and '.', as Kubernetes allows)"
     return None
 

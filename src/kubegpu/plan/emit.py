@@ -11,7 +11,6 @@ first, then written file by file with an atomic rename, so a failure leaves no h
 from __future__ import annotations
 
 import os
-import re
 import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -21,6 +20,7 @@ from typing import Any
 import yaml
 
 from kubegpu.errors import InputError
+from kubegpu.model.names import is_dns_label
 from kubegpu.plan.pools import GPU_ROLE_LABEL, GPU_TAINT, POOL_LABEL, PoolKind, PoolPlan, PoolsPlan
 from kubegpu.plan.serve import ServeOption, ServePlan, SharingMode
 
@@ -154,14 +154,11 @@ def _config_key(option: ServeOption) -> str:
     return f"{option.mode.value}-{option.instances_per_gpu}"
 
 
-_DNS1123_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
-
-
 def check_tenants(tenants: Sequence[str]) -> None:
     """Tenants become namespaces: each a DNS-1123 label (what Kubernetes accepts), none twice."""
     seen: set[str] = set()
     for name in tenants:
-        if not _DNS1123_LABEL.fullmatch(name):
+        if not is_dns_label(name):
             raise InputError(
                 f"--tenant {name!r}: not a namespace name: at most 63 lowercase letters, digits and '-',"
                 " starting and ending with a letter or digit (e.g. team-a)"
