@@ -14,7 +14,12 @@ from dataclasses import dataclass
 from kubegpu.errors import InputError
 from kubegpu.model.mig import MigProfile
 
+# Time-slicing replicas per GPU: each is a device kubelet lists, so the bound keeps that finite. The
+# agent refuses a config with more (kubegpu.deviceplugin.config), and the planner plans no more.
+MAX_REPLICAS = 1024
+
 __all__ = [
+    "MAX_REPLICAS",
     "MigShare",
     "allreduce_ring_bytes",
     "allreduce_step_ms",

@@ -45,6 +45,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
+from kubegpu.accounts import MAX_REPLICAS
 from kubegpu.deviceplugin.policies import ALLOCATION_POLICIES, REPLICA_POLICIES
 from kubegpu.echo import clip, shorten
 from kubegpu.errors import ConfigError
@@ -123,7 +124,6 @@ class Sharing:
     exclusive: tuple[str, ...] = ()
 
 
-MAX_REPLICAS = 1024  # replicas per GPU; each is a device kubelet lists, so the bound keeps that finite
 _KUBEGPU_HEALTH = {"disabled", "ignoredXids", "fatalXids", "ecc", "watcherFailure", "recoverAfter"}
 _KUBEGPU_MIG_MANAGER = {"enabled", "configFile", "drain", "stateFile", "recheckSeconds"}
 _KUBEGPU_QUARANTINE = {

@@ -14,6 +14,7 @@ import math
 from dataclasses import dataclass
 from enum import StrEnum
 
+from kubegpu.accounts import MAX_REPLICAS
 from kubegpu.errors import InputError
 from kubegpu.model.gpu import GpuModel
 
@@ -33,10 +34,6 @@ __all__ = [
 # kubegpu's own label and taint key for the pool a node belongs to (GFD owns nvidia.com/gpu.*).
 POOL_LABEL = "kubegpu.io/gpu-pool"
 _INT64_MAX = 2**63 - 1  # activeDeadlineSeconds is an int64 in the Kubernetes API
-# The agent's limit (kubegpu.deviceplugin.config.MAX_REPLICAS), which refuses a config with more
-# replicas per GPU; kubegpu.plan may not import kubegpu.deviceplugin (sibling layers), so
-# tests/unit/plan/test_pools.py checks that the two agree.
-MAX_REPLICAS = 1024
 # Bounds that keep a plan a plan (docs/planning.md): far above any cluster it is meant for.
 MAX_GPUS = 100_000
 MAX_USERS = 1_000_000
