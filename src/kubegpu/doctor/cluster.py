@@ -17,6 +17,7 @@ from typing import Any
 from kubegpu.doctor.chain import Check
 from kubegpu.doctor.clusterprobe import ApiObject, ClusterApi, dig
 from kubegpu.doctor.finding import CheckId, Layer, Outcome, fail, ok, skip, warn
+from kubegpu.echo import clip
 from kubegpu.errors import ClusterUnreachable
 
 __all__ = [
@@ -130,9 +131,7 @@ def malformed_gpu_quantities(node: ApiObject, *keys: str) -> list[str]:
         resources = dig(node, "status", key)
         for name, value in resources.items() if isinstance(resources, dict) else ():
             if is_gpu_resource(str(name)) and gpu_quantity(value) is None:
-                shown = json.dumps(value)
-                shown = shown if len(shown) <= 40 else shown[:37] + "..."
-                bad.append(f"{node_name(node)}: status.{key}.{name} = {shown}")
+                bad.append(f"{node_name(node)}: status.{key}.{name} = {clip(json.dumps(value))}")
     return bad
 
 

@@ -20,6 +20,7 @@ from kubegpu.doctor.finding import CheckId, Layer, Outcome, fail, ok, skip, warn
 from kubegpu.doctor.host import ID_GPU_PRESENT, NodeContext
 from kubegpu.doctor.hostprobe import HostProbe
 from kubegpu.doctor.jsonkind import describe_json
+from kubegpu.echo import shorten
 
 __all__ = ["RUNTIME_CHECKS"]
 
@@ -103,23 +104,18 @@ def _containerd_files(probe: HostProbe) -> tuple[list[Path], list[str]]:
     return files, errors
 
 
-def _shown(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 40 else text[:37] + "..."
-
-
 def _runtime_binary(spec: Any, where: str, wrong: list[str]) -> str:
     """A runtime table's ``options.BinaryName`` ("" when unset); wrong types are added to ``wrong``."""
     if not isinstance(spec, dict):
-        wrong.append(f"{where} = {_shown(spec)} is not a table")
+        wrong.append(f"{where} = {shorten(spec)} is not a table")
         return ""
     options = spec.get("options", {})
     if not isinstance(options, dict):
-        wrong.append(f"{where}.options = {_shown(options)} is not a table")
+        wrong.append(f"{where}.options = {shorten(options)} is not a table")
         return ""
     binary = options.get("BinaryName", "")
     if not isinstance(binary, str):
-        wrong.append(f"{where}.options.BinaryName = {_shown(binary)} is not a string")
+        wrong.append(f"{where}.options.BinaryName = {shorten(binary)} is not a string")
         return ""
     return binary
 
@@ -164,7 +160,7 @@ def check_containerd(ctx: NodeContext) -> Outcome:
                     defaults.append((default, where))
                 else:
                     wrong.append(
-                        f"{where}: {dotted}.default_runtime_name = {_shown(default)} is not a string"
+                        f"{where}: {dotted}.default_runtime_name = {shorten(default)} is not a string"
                     )
             if "enable_cdi" in table:
                 cdi.append(f"{where}: enable_cdi = {str(table['enable_cdi']).lower()}")
