@@ -22,7 +22,6 @@ from typing import Annotated, Any
 import typer
 from typer.core import TyperCommand
 
-from kubegpu.cli.logs import check_log_level as _check_log_level
 from kubegpu.cli.logs import setup_logging as _setup_logging
 from kubegpu.deviceplugin.config import CLI_FLAGS, SETTINGS, Setting
 from kubegpu.echo import shorten
@@ -236,8 +235,7 @@ def register(app: typer.Typer) -> None:
             raise InputError("--nvml and --node-spec are mutually exclusive: pick real or simulated GPUs")
         if simulated_nvidia_smi and not node_spec:
             raise InputError("--simulated-nvidia-smi needs --node-spec: real GPUs bring the real nvidia-smi")
-        _check_log_level(log_level)
-        _setup_logging(log_level)
+        _setup_logging(log_level)  # an unknown level is an input error here, before anything starts
         options = AgentOptions(
             node_spec=node_spec,
             use_nvml=nvml,
