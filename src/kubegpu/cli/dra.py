@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 from pathlib import Path
 from typing import Annotated
@@ -183,6 +184,8 @@ def register(app: typer.Typer) -> None:
                     "set it to all or to GPU indexes for the DRA driver to serve them"
                 )
             gpus, health = config.dra_gpus, config.health
+            for warning in config.warnings:
+                logging.getLogger("kubegpu.dra").warning(warning)
         reading = load_node(options)
         api = KubeApi(kubeconfig=kubeconfig)
         DraService(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Annotated
 
@@ -45,6 +46,8 @@ def register(app: typer.Typer) -> None:
         node = reading.node
         versions = DriverVersions(driver=reading.driver, cuda=reading.cuda) if reading.driver else None
         config = load_config(config_file)
+        for warning in config.warnings:  # on stderr: --json keeps stdout one object
+            print(f"kubegpu: warning: {warning}", file=sys.stderr)
         build_inventory(node, config)  # the agent refuses a config that does not fit the node: so do we
         result = labels_for(node, config, versions=versions)
         if json_out:

@@ -421,6 +421,13 @@ def _read_file(path: Path) -> dict[str, Any]:
     return data
 
 
+def _some_keys(mapping: Mapping[str, object], most: int = 5) -> str:
+    """The first ``most`` keys of ``mapping``, each clipped, for a message."""
+    keys = [clip(str(key)) for key in mapping]
+    more = f" and {len(keys) - most} more" if len(keys) > most else ""
+    return _allowed(keys[:most]) + more
+
+
 def _unique_keys(path: Path, pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     """One JSON object, refusing a key given twice (``json`` would keep the last silently)."""
     out: dict[str, Any] = {}
@@ -1195,7 +1202,15 @@ def load_config(
         version = data.get("version")
         if version not in (None, "", "v1"):
             raise ConfigError(f"{prefix}version: {shorten(version)} is not supported; allowed: v1")
-        warnings += [prefix + w for w in _check_keys("", data, _known_keys(""), strict=False)]
+        top = _known_keys("")
+        if data and not any(key in top for key in data):
+            # NVIDIA's loader would take this as an empty config; it is far likelier the wrong file
+            # (a node spec, a values file), and running on defaults would hide that
+            raise ConfigError(
+                f"{prefix}none of its top-level keys ({_some_keys(data)}) is a config key:"
+                f" is this the agent's config file? allowed: {_allowed(sorted(top))}"
+            )
+        warnings += [prefix + w for w in _check_keys("", data, top, strict=False)]
         flags = _mapping(f"{prefix}flags", data.get("flags"))
         warnings += [prefix + w for w in _check_keys("flags", flags, _known_keys("flags"), strict=False)]
         plugin = _mapping(f"{prefix}flags.plugin", flags.get("plugin"))

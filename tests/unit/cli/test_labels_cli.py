@@ -41,3 +41,19 @@ def test_labels_table_and_errors(cli: Runner, tmp_path: Path) -> None:
     cfg.write_text("version: v1\nkubegpu:\n  quarantine: {eviction: everything}\n")
     worse = cli("labels", "builtin:seed-8gpu", "--config", str(cfg))
     assert worse.code == 2 and "kubegpu.quarantine.eviction" in worse.err
+
+
+def test_labels_show_the_configs_warnings_on_stderr_and_keep_json_clean(cli: Runner, tmp_path: Path) -> None:
+    cfg = tmp_path / "typo.yaml"
+    cfg.write_text("version: v1\nflagz: {migStrategy: mixed}\n")
+    res = cli("labels", "builtin:seed-8gpu", "--config", str(cfg), "--json")
+    assert res.code == 0, res.err
+    assert json.loads(res.out)["nvidia.com/gpu.count"] == "8"
+    assert "kubegpu: warning:" in res.err and "flagz: unknown key, ignored" in res.err
+
+
+def test_labels_refuse_a_node_spec_given_as_the_config(cli: Runner, tmp_path: Path) -> None:
+    spec = tmp_path / "node.yaml"
+    spec.write_text("nodes:\n  - name: gpu-1\n")
+    res = cli("labels", "builtin:seed-8gpu", "--config", str(spec))
+    assert res.code == 2 and "is this the agent's config file?" in res.err and not res.out

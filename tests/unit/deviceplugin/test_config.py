@@ -244,3 +244,21 @@ def test_watcher_failure_policy_defaults_to_unhealthy_and_is_validated(tmp_path:
     bad = write(tmp_path, "version: v1\nkubegpu:\n  health:\n    watcherFailure: shrug\n", "bad.yaml")
     with pytest.raises(ConfigError, match=r"kubegpu\.health\.watcherFailure: 'shrug'.*unhealthy, keep"):
         load_config(bad)
+
+
+def test_a_file_with_no_config_key_at_all_is_refused_as_the_wrong_file(tmp_path: Path) -> None:
+    # a node spec given as --config would otherwise run the agent on defaults without a word
+    path = write(tmp_path, "nodes:\n  - name: gpu-1\n    gpus: 8\n")
+    with pytest.raises(
+        ConfigError, match=r"config\.yaml: none of its top-level keys \(nodes\) is a config key"
+    ):
+        load_config(path)
+    many = write(tmp_path, "".join(f"k{i}: 1\n" for i in range(9)), "many.yaml")
+    with pytest.raises(ConfigError, match=r"\(k0, k1, k2, k3, k4 and 4 more\)"):
+        load_config(many)
+
+
+def test_an_empty_file_and_one_unknown_key_beside_known_ones_still_load(tmp_path: Path) -> None:
+    assert load_config(write(tmp_path, "")).warnings == ()
+    config = load_config(write(tmp_path, V1 + "flagz: {}\n", "typo.yaml"))
+    assert any("flagz: unknown key, ignored" in w for w in config.warnings)
