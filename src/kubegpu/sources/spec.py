@@ -22,7 +22,7 @@ from typing import Any
 
 from kubegpu.echo import shorten
 from kubegpu.errors import InputError, KubegpuError, SpecError, TopologyParseError
-from kubegpu.model.gpu import gpu_model
+from kubegpu.model.gpu import GpuModel, gpu_model
 from kubegpu.model.mig import validate_layout
 from kubegpu.model.node import (
     MAX_GPUS,
@@ -365,6 +365,24 @@ def _matrix(doc: LocatedDoc, raw: Any, n: int, what: str) -> list[list[Any]]:
     return rows
 
 
+def _check_nvlinks(doc: LocatedDoc, links: list[list[Link]], models: Sequence[GpuModel], what: str) -> None:
+    """An NVLink link needs NVLink on both GPUs, with no more links than either has (a T4 has none;
+    an H100 has 18, so ``NV18`` between every pair behind NVSwitch is fine)."""
+    for i, row in enumerate(links):
+        for j in range(i + 1, len(row)):
+            link = row[j]
+            if link.kind is not LinkKind.NVLINK:
+                continue
+            most = min(models[i].nvlinks, models[j].nvlinks)
+            if link.nvlinks > most:
+                names = models[i].name if models[i] is models[j] else f"{models[i].name} and {models[j].name}"
+                has = "no NVLink" if most == 0 else f"at most {most} NVLink links"
+                path: tuple[str | int, ...] = (
+                    ("topology", what, i) if what == "matrix" else ("topology", what)
+                )
+                raise doc.error(path, f"GPU{i}-GPU{j} is {link} but {names} GPUs have {has}", SpecError)
+
+
 def _topology(doc: LocatedDoc, gpus: Sequence[Gpu]) -> Topology | None:
     raw = doc.data.get("topology")
     if raw is None:
@@ -400,6 +418,7 @@ def _topology(doc: LocatedDoc, gpus: Sequence[Gpu]) -> Topology | None:
                     continue
                 explicit[r][c] = _cost(doc, ("topology", "costs", r), value)
     models = [gpu_model(g.model) for g in gpus]
+    _check_nvlinks(doc, links, models, "tiers" if "tiers" in raw else "matrix")
     nv_gen = min((m.nvlink_generation for m in models if m.nvlink_generation), default=4)
     pcie_gen = min(m.pcie_generation for m in models)
     costs = [

@@ -130,6 +130,23 @@ def test_explicit_matrix_and_uuid() -> None:
             "spec.yaml:7: topology.matrix[1]",
             "not symmetric",
         ),
+        (  # a T4 has no NVLink: a capture typed by hand or a copied spec must not invent one
+            "name: x\ngpus:\n  - {model: T4, count: 2}\ntopology:\n  matrix:\n    - X NV2\n    - NV2 X\n",
+            "spec.yaml:6: topology.matrix[0]",
+            "GPU0-GPU1 is NV2 but T4 GPUs have no NVLink",
+        ),
+        (
+            "name: x\ngpus:\n  - {model: A100-40GB, count: 4}\n"
+            "topology:\n  tiers:\n    - {link: NV13, groups: ['0-3']}\n",
+            "spec.yaml:5: topology.tiers",
+            "A100-40GB GPUs have at most 12 NVLink links",
+        ),
+        (
+            "name: x\ngpus:\n  - {model: H100-80GB}\n  - {model: T4}\n"
+            "topology:\n  matrix:\n    - X NV1\n    - NV1 X\n",
+            "spec.yaml:7: topology.matrix[0]",
+            "H100-80GB and T4 GPUs have no NVLink",
+        ),
     ],
 )
 def test_bad_specs_name_file_line_and_key(text: str, where: str, what: str) -> None:
@@ -179,3 +196,12 @@ def test_gpu_uuids_are_validated_at_load_with_file_line_and_key(uuid: str, what:
 def test_real_looking_gpu_uuids_load() -> None:
     uuid = "GPU-0b6b0b0b-1c2d-3e4f-5a6b-7c8d9e0f1a2b"
     assert parse_spec(f"name: x\ngpus:\n  - {{model: T4, uuid: {uuid}}}\n").gpus[0].uuid == uuid
+
+
+def test_nvswitch_systems_show_every_gpus_full_link_count_to_every_other() -> None:
+    # behind NVSwitch nvidia-smi shows NV18 between every pair of H100s: per pair, not per GPU
+    node = parse_spec(
+        "name: x\ngpus:\n  - {model: H100-80GB, count: 8}\n"
+        "topology:\n  tiers:\n    - {link: NV18, groups: ['0-7']}\n"
+    )
+    assert node.topology is not None and str(node.topology.links[0][7]) == "NV18"
