@@ -17,6 +17,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from kubegpu.atomicfile import writable_folder_error
 from kubegpu.errors import InputError
 
 MAX_NODE_LEVEL_CORES = 1024  # `sim bound --node-level`: 4,096 grid steps of 0.25 core, a few 100 MB
@@ -225,6 +226,9 @@ def check_out_dir(out: Path | str) -> None:
         raise InputError("--out: empty path; name the folder for summary.json, curves.csv, failed_pods.csv")
     if Path(out).exists() and not Path(out).is_dir():
         raise InputError(f"--out {out}: is a file; name a folder for the results")
+    problem = writable_folder_error(Path(out))
+    if problem:
+        raise InputError(f"--out {out}: {problem}")
 
 
 def check_node_level(workload: Any, cpu_step: float) -> None:

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from kubegpu.atomicfile import writable_folder_error
 from kubegpu.errors import InputError
 from kubegpu.sim.curves import PolicySummary
 
@@ -60,6 +61,9 @@ def check_plot_path(path: str | Path, *, flag: str = "--plot") -> None:
         raise InputError(f"{flag} {path}: is a folder; name the image file to write")
     if not target.parent.is_dir():
         raise InputError(f"{flag} {path}: folder {target.parent} does not exist")
+    problem = writable_folder_error(target.parent)
+    if problem:
+        raise InputError(f"{flag} {path}: {problem}")
 
 
 def _save(fig: Figure, path: str | Path, flag: str) -> None:

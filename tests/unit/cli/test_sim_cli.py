@@ -171,6 +171,10 @@ def test_bad_flags_are_input_errors(tmp_path: Path) -> None:
         (["--inflate", "-1"], "--inflate must be 0"),
         (["--out", ""], "--out: empty path"),
         (["--out", str(pods)], f"--out {pods}: is a file"),
+        # refused before the replays, not after them: a folder under a file, one nobody can write
+        (["--out", f"{pods}/results"], f"--out {pods}/results: {pods} is not a folder"),
+        (["--out", "/proc/kubegpu-results"], "--out /proc/kubegpu-results: cannot write in /proc"),
+        (["--plot", "/proc/curves.png"], "--plot /proc/curves.png: cannot write in /proc"),
     ):
         res = run_cli("sim", "--nodes", str(nodes), "--pods", str(pods), *extra)
         assert res.returncode == 2, extra
