@@ -341,19 +341,27 @@ def _missing_profiles(model: str, mig_devices: Sequence[tuple[str, int]]) -> lis
 
 def _unknown_profile_reason(model: str, entry: MigConfigEntry, missing: Sequence[str]) -> str | None:
     """Why an entry naming profiles ``model`` lacks is invalid, or ``None`` when it merely does not
-    apply: it does not apply (NVIDIA's per-SKU ``all-<profile>`` configs) only when it has no device
-    filter and every profile it names belongs to some other MIG model. A profile no model has, a
-    filter that picks ``model``, or a mix of ``model``'s profiles and others' is a mistake."""
-    unknown = [k for k in missing if not any(_has_profile(m, k) for m in mig_models())]
-    names = ", ".join(shorten(k) for k in (unknown or missing))
+    apply. Without a device filter an entry none of whose profiles ``model`` has does not apply to
+    it: NVIDIA's per-SKU ``all-<profile>`` configs name the profiles of one board, and a file written
+    for many GPUs names boards kubegpu has no profiles for (RTX PRO 6000 Blackwell's ``1g.24gb+gfx``,
+    ``2g.48gb``), so a well-formed profile name kubegpu does not know is not an error (the loader
+    already refused malformed names). A filter that picks ``model``, or a mix of ``model``'s profiles
+    and others', is a mistake."""
+    names = ", ".join(shorten(k) for k in missing)
     where = f"entry at {entry.where}" if entry.where else "the entry"
-    if unknown:
-        return f"{where}: {names} is not a MIG profile of {model} or of any other MIG-capable GPU model"
     if entry.device_filter:
         return f"{where}: its device filter picks {model}, which has no MIG profile {names}"
     if len(missing) < len(entry.mig_devices):
         return f"{where}: {model} has some of its profiles but not {names}"
     return None
+
+
+def _not_applicable_reason(model: str, missing: Sequence[str]) -> str:
+    unknown = [k for k in missing if not any(_has_profile(m, k) for m in mig_models())]
+    if unknown:
+        names = ", ".join(shorten(k) for k in unknown)
+        return f"{model} has no MIG profile {', '.join(missing)} ({names}: a GPU kubegpu has no profiles for)"
+    return f"{model} has no MIG profile {', '.join(missing)}"
 
 
 def check_config(config: MigConfig, model: str) -> ConfigCheck:
@@ -373,7 +381,7 @@ def check_config(config: MigConfig, model: str) -> ConfigCheck:
         if missing:
             invalid = _unknown_profile_reason(key, entry, missing)
             status = CheckStatus.NOT_APPLICABLE if invalid is None else CheckStatus.INVALID
-            reason = invalid or f"{key} has no MIG profile {', '.join(missing)}"
+            reason = invalid or _not_applicable_reason(key, missing)
             checks.append(EntryCheck(entry=i, status=status, placement=None, reason=reason))
             continue
         try:

@@ -156,6 +156,67 @@ def test_validate_file_with_a_broken_layout_exits_1_and_names_the_rule(
     assert {m["status"] for c in doc["configs"] for m in c["models"]} == {"not applicable"}
 
 
+# Entries of NVIDIA's current default mig-parted config for RTX PRO 6000 Blackwell, whose profiles
+# carry mig-parted's attribute syntax and which kubegpu's catalogue does not describe.
+RTX_PRO_FILE = """\
+version: v1
+mig-configs:
+  all-balanced:
+    - device-filter: "0x233010DE"
+      devices: all
+      mig-enabled: true
+      mig-devices:
+        "1g.10gb": 2
+        "2g.20gb": 1
+        "3g.40gb": 1
+  all-1g.24gb:
+    - devices: all
+      mig-enabled: true
+      mig-devices:
+        "1g.24gb": 4
+  all-1g.24gb.gfx:
+    - devices: all
+      mig-enabled: true
+      mig-devices:
+        "1g.24gb+gfx": 4
+  all-1g.24gb.me.all:
+    - devices: all
+      mig-enabled: true
+      mig-devices:
+        "1g.24gb+me.all": 1
+  all-1g.24gb-me:
+    - devices: all
+      mig-enabled: true
+      mig-devices:
+        "1g.24gb-me": 4
+  all-2g.48gb:
+    - devices: all
+      mig-enabled: true
+      mig-devices:
+        "2g.48gb": 2
+  all-4g.96gb:
+    - devices: all
+      mig-enabled: true
+      mig-devices:
+        "4g.96gb": 1
+"""
+
+
+def test_profiles_of_a_gpu_kubegpu_does_not_know_are_not_applicable_not_invalid(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    path = tmp_path / "config-default.yaml"
+    path.write_text(RTX_PRO_FILE)
+    code, out, _ = run(capsys, "mig", "validate", str(path), "--model", "H100-80GB", "--json")
+    assert code == 0, out
+    doc = json.loads(out)
+    status = {c["name"]: c["models"][0]["status"] for c in doc["configs"]}
+    assert status.pop("all-balanced") == "valid"
+    assert set(status.values()) == {"not applicable"}
+    code, out, _ = run(capsys, "mig", "validate", str(path))
+    assert code == 0, out
+
+
 @pytest.mark.parametrize(
     ("text", "message"),
     [
