@@ -51,6 +51,12 @@ def _new_app() -> typer.Typer:
         "kubegpu COMMAND --help",
     )
 
+    # a root callback keeps the app a group of commands even when it holds ``version`` alone (typer
+    # runs a one-command app as that command, so ``kubegpu version`` was "an unexpected extra argument")
+    @new.callback()
+    def root() -> None:
+        pass
+
     @new.command("version", epilog="Example: kubegpu version")
     def version() -> None:
         """Print the kubegpu version."""
