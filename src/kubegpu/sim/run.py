@@ -9,9 +9,10 @@ on the number of workers.
 from __future__ import annotations
 
 import os
+import signal
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
@@ -20,9 +21,6 @@ from kubegpu.sim.curves import PolicySummary, summarise
 from kubegpu.sim.replay import Order, SeedRun, TieMode, replay
 from kubegpu.sim.scoring import Policy
 from kubegpu.sim.workload import Workload
-
-if TYPE_CHECKING:
-    from concurrent.futures import Future
 
 __all__ = ["SimRequest", "parse_seeds", "report_json", "run_all"]
 
@@ -79,9 +77,13 @@ _WORKLOAD: Workload | None = None
 def _init(workload: Workload) -> None:
     global _WORKLOAD  # noqa: PLW0603 - the per-process copy of the prepared trace
     _WORKLOAD = workload
+    # Ctrl-C reaches the whole process group: the parent alone answers it (and ends the workers),
+    # so a worker neither prints a traceback nor finishes its replay first
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
-def _job(policy: Policy, seed: int, inflate: float, tie: TieMode, order: Order | None) -> SeedRun:
+def _job(args: tuple[Policy, int, float, TieMode, Order | None]) -> SeedRun:
+    policy, seed, inflate, tie, order = args
     assert _WORKLOAD is not None
     return replay(_WORKLOAD, policy, seed, inflate=inflate, tie=tie, order=order)
 
@@ -118,23 +120,25 @@ def run_all(
             if on_done is not None:
                 on_done(run)
     else:
-        # imported here: a one-process run (the common one-seed case) does not pay for them
+        # imported here: a one-process run (the common one-seed case) does not pay for it
         import multiprocessing
-        from concurrent.futures import ProcessPoolExecutor, as_completed
 
         method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
         context = multiprocessing.get_context(method)
-        with ProcessPoolExecutor(
-            max_workers=workers, mp_context=context, initializer=_init, initargs=(workload,)
-        ) as pool:
-            futures: list[Future[SeedRun]] = [
-                pool.submit(_job, p, s, request.inflate, request.tie, request.order) for p, s in jobs
-            ]
-            for future in as_completed(futures):
-                run = future.result()
+        pool = context.Pool(processes=workers, initializer=_init, initargs=(workload,))
+        args = [(p, s, request.inflate, request.tie, request.order) for p, s in jobs]
+        try:
+            for run in pool.imap_unordered(_job, args):
                 results[(run.policy, run.seed)] = run
                 if on_done is not None:
                     on_done(run)
+            pool.close()
+        except BaseException:
+            # Ctrl-C or a failed replay: end the workers now rather than wait for their replays
+            pool.terminate()
+            raise
+        finally:
+            pool.join()
     return {p: [results[(p, s)] for s in request.seeds] for p in request.policies}
 
 
