@@ -126,40 +126,41 @@ def _policies(names: list[str] | None) -> tuple[Any, ...]:
     return tuple(out)
 
 
+# columns left out, in this order, when the table would be wider than the terminal (their values
+# then follow the table as one line per policy)
+_OPTIONAL_COLUMNS = ("pods/s", "s")
+
+
+def _fit_columns(header: list[str], rows: list[list[str]], width: int) -> list[int]:
+    """The indices of the columns to show so that the table fits ``width`` terminal cells (a
+    borderless table: one cell of padding each side of a gap); optional columns go first."""
+    from rich.cells import cell_len
+
+    widths = [max(cell_len(c) for c in [h, *(r[i] for r in rows)]) for i, h in enumerate(header)]
+    keep = list(range(len(header)))
+    for name in _OPTIONAL_COLUMNS:
+        if sum(widths[i] for i in keep) + 2 * (len(keep) - 1) <= width:
+            break
+        keep.remove(header.index(name))
+    return keep
+
+
 def _render(summaries: list[Any], document: dict[str, Any]) -> None:
     from rich.console import Console
     from rich.table import Table
 
     console = Console()
-    table = Table(
-        title=(
-            f"GPU allocation, {len(document['seeds'])} seed(s), ties: {document['tie']}, "
-            f"order: {document['order']}, "
-            f"{document['total_gpus']} GPUs on {document['nodes']} nodes"
-        )
-    )
-    table.caption = (
+    header = ["policy", "alloc@100", "alloc@130", "unalloc", "frag", "ratio", "link", "split", "s", "pods/s"]
+    caption = (
         "alloc: allocated GPU % at 100/130 % arrived; unalloc: idle GPUs at 130 %; frag/ratio: "
-        "fragmentation (% of GPUs / % of idle GPU) at 90 %; link: multi-GPU link cost; split: share "
-        "of multi-GPU pods across NVLink groups"
+        "fragmentation (% of GPUs / % of idle GPU) at 90 %; link: multi-GPU link cost, mean/p95; "
+        "split: share of multi-GPU pods across NVLink groups"
     )
-    for col in (
-        "policy",
-        "alloc@100",
-        "alloc@130",
-        "unalloc",
-        "frag",
-        "ratio",
-        "link mean/p95",
-        "split",
-        "s",
-        "pods/s",
-    ):
-        table.add_column(col, justify="left" if col == "policy" else "right")
     bound = document.get("bound")
     if bound is not None:
-        table.add_column("of bound", justify="right")
-        table.caption += f"; of bound: alloc@130 as % of the upper bound ({bound['bound_pct_mean']:.2f} %)"
+        header.append("of bound")
+        caption += f"; of bound: alloc@130 as % of the upper bound ({bound['bound_pct_mean']:.2f} %)"
+    rows: list[list[str]] = []
     for s in summaries:
         a100, _ = s.at(100)
         a130, sd130 = s.at(130)
@@ -171,20 +172,42 @@ def _render(summaries: list[Any], document: dict[str, Any]) -> None:
         if bound is not None:
             share = document["policies"][s.policy.value].get("share_of_bound_pct_at_130")
             extra.append("-" if share is None else f"{share:.2f}%")
-        table.add_row(
-            s.policy.value,
-            "-" if a100 is None else f"{a100:.2f}",
-            "-" if a130 is None else f"{a130:.2f} ± {sd130:.2f}",
-            "-" if s.unallocated_gpus(130) is None else f"{s.unallocated_gpus(130):.0f}",
-            "-" if math.isnan(frag90) else f"{frag90:.2f}",  # no replay reached 90 % arrived
-            "-" if math.isnan(ratio90) else f"{ratio90:.1f}",
-            comm,
-            split,
-            f"{s.seconds:.1f}",
-            f"{s.pods_per_second:,.0f}",
-            *extra,
+        rows.append(
+            [
+                s.policy.value,
+                "-" if a100 is None else f"{a100:.2f}",
+                "-" if a130 is None else f"{a130:.2f}±{sd130:.2f}",
+                "-" if s.unallocated_gpus(130) is None else f"{s.unallocated_gpus(130):.0f}",
+                "-" if math.isnan(frag90) else f"{frag90:.2f}",  # no replay reached 90 % arrived
+                "-" if math.isnan(ratio90) else f"{ratio90:.1f}",
+                comm,
+                split,
+                f"{s.seconds:.1f}",
+                f"{s.pods_per_second:,.0f}",
+                *extra,
+            ]
         )
+    keep = _fit_columns(header, rows, console.width)
+    table = Table(
+        title=(
+            f"GPU allocation, {len(document['seeds'])} seed(s), ties: {document['tie']}, "
+            f"order: {document['order']}, "
+            f"{document['total_gpus']} GPUs on {document['nodes']} nodes"
+        ),
+        caption=caption,
+        box=None,  # no rules: a gap is the two cells of padding _fit_columns counts
+        pad_edge=False,
+        header_style="bold underline",
+    )
+    for i in keep:
+        table.add_column(header[i], justify="left" if i == 0 else "right", no_wrap=True)
+    for row in rows:
+        table.add_row(*(row[i] for i in keep))
     console.print(table)
+    if len(keep) < len(header):
+        at = {name: header.index(name) for name in ("s", "pods/s")}
+        for row in rows:
+            console.print(f"{row[0]}: {row[at['s']]} s, {row[at['pods/s']]} pods/s")
     console.print(
         f"empty-cluster fragmentation: {document['empty_cluster_frag_pct']:.2f} % "
         f"({document['typical_shapes']} typical pod shapes)"
