@@ -96,8 +96,11 @@ def run_sim(
             title=f"{trace.pods.name} on {trace.nodes.name}, ties: {tie_mode.value}",
             bound_pct=bound_pct,
         )
+        print(f"kubegpu: wrote {plot}", file=sys.stderr)
     if out is not None:
         _write_out(Path(out), summaries, document)
+        names = ", ".join(str(Path(out) / n) for n in ("summary.json", "curves.csv", "failed_pods.csv"))
+        print(f"kubegpu: wrote {names}", file=sys.stderr)
     if as_json:
         print(json.dumps(document))
     else:
@@ -243,12 +246,20 @@ def _write_out(out: Path, summaries: list[Any], document: dict[str, Any]) -> Non
         raise InputError(f"--out {out}: cannot write: {exc.strerror or exc}") from exc
 
 
+_FILE_SUFFIXES = frozenset({".json", ".csv", ".png", ".svg", ".pdf", ".txt", ".yaml", ".yml"})
+
+
 def check_out_dir(out: Path | str) -> None:
     """Refuse an ``--out`` that cannot be a folder of results (checked before any replay runs)."""
     if not str(out):  # typer passes the text: Path("") would be "." (the current folder)
         raise InputError("--out: empty path; name the folder for summary.json, curves.csv, failed_pods.csv")
     if Path(out).exists() and not Path(out).is_dir():
         raise InputError(f"--out {out}: is a file; name a folder for the results")
+    if not Path(out).exists() and Path(out).suffix.lower() in _FILE_SUFFIXES:
+        raise InputError(
+            f"--out {out}: names a folder (it gets summary.json, curves.csv, failed_pods.csv), and "
+            f"this looks like a file name; for one JSON document use --json > {out}"
+        )
     problem = writable_folder_error(Path(out))
     if problem:
         raise InputError(f"--out {out}: {problem}")

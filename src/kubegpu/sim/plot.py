@@ -47,7 +47,8 @@ class GapClosed:
 
 def check_plot_path(path: str | Path, *, flag: str = "--plot") -> None:
     """Raise ``InputError`` naming ``flag`` if ``path`` cannot take a figure: a file type matplotlib
-    has no writer for, a folder, or a parent folder that does not exist. Writes nothing."""
+    has no writer for, no type at all (matplotlib would write ``NAME.png``, not the file named), a
+    folder, or a parent folder that does not exist. Writes nothing."""
     from matplotlib.backend_bases import FigureCanvasBase
 
     target = Path(path)
@@ -59,6 +60,10 @@ def check_plot_path(path: str | Path, *, flag: str = "--plot") -> None:
         )
     if target.is_dir():
         raise InputError(f"{flag} {path}: is a folder; name the image file to write")
+    if not kind:  # `--plot out/` reaches here as `out`, which matplotlib would write as out.png
+        raise InputError(
+            f"{flag} {path}: name the image file with its type, e.g. {target / 'curves.png'} or {target}.png"
+        )
     if not target.parent.is_dir():
         raise InputError(f"{flag} {path}: folder {target.parent} does not exist")
     problem = writable_folder_error(target.parent)

@@ -59,7 +59,14 @@ def test_a_folder_is_not_a_figure_path(tmp_path: Path) -> None:
         check_plot_path(tmp_path, flag="--out-plot")
 
 
-def test_paths_with_a_known_format_or_none_pass(tmp_path: Path) -> None:
-    for name in ("a.png", "a.SVG", "a.pdf", "no-suffix"):
+def test_paths_with_a_known_format_pass(tmp_path: Path) -> None:
+    for name in ("a.png", "a.SVG", "a.pdf"):
         check_plot_path(tmp_path / name)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_name_without_a_type_is_refused_naming_what_to_give(tmp_path: Path) -> None:
+    """`--plot results/` arrives as `results`: matplotlib would write `results.png` without a word."""
+    with pytest.raises(InputError, match=r"--plot .*results: name the image file with its type, e\.g\. "):
+        check_plot_path(tmp_path / "results")
     assert list(tmp_path.iterdir()) == []
