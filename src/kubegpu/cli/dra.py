@@ -63,16 +63,25 @@ def register(app: typer.Typer) -> None:
         if json_out:
             print_json([d.to_api() for d in found])
             return
-        table = Table(title=f"{node.name}: {len(found)} device(s)")
-        for column in ("device", "type", "uuid", "nvlinkDomain", "nvlinkClique", "numaNode", "memory"):
-            table.add_column(column)
+        # borderless, short headers, no type column (the UUID's GPU-/MIG- says it; --json has it), and
+        # names and UUIDs folded rather than cut: at 80 columns a cut left every UUID as "GPU-…"
+        table = Table(
+            title=f"{node.name}: {len(found)} device(s)",
+            caption="domain, clique, numa: the nvlinkDomain, nvlinkClique and numaNode attributes",
+            box=None,
+            pad_edge=False,
+            header_style="bold underline",
+        )
+        table.add_column("device", overflow="fold")
+        table.add_column("uuid", overflow="fold")
+        for column in ("domain", "clique", "numa", "MiB"):
+            table.add_column(column, justify="right", no_wrap=True)
         for d in found:
             table.add_row(
                 d.name,
-                str(d.kind),
                 d.uuid,
                 *(_cell(d.attribute(key)) for key in ("nvlinkDomain", "nvlinkClique", "numaNode")),
-                f"{d.memory_mib} MiB",
+                str(d.memory_mib),
             )
         console.print(table)
 
