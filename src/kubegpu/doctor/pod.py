@@ -218,6 +218,21 @@ def _explain_clause(ctx: PodContext, clause: str) -> tuple[int, str, list[str], 
                 "(kubectl label nodes <node> nvidia.com/mig.config=<config>); "
                 "otherwise request nvidia.com/gpu",
             )
+        largest = max(_count(dig(n, "status", "allocatable", resource)) for n in advertised)
+        if asked_for > largest:
+            # no amount of freeing helps: the pod asks for more than any one node has
+            sizes = [
+                f"{node_name(n)}: {_count(dig(n, 'status', 'allocatable', resource))}" for n in advertised
+            ]
+            return (
+                0,
+                f"the pod asks for {asked_for} {resource} and the largest node has {largest}; a pod's "
+                f"GPUs all come from one node ({clause})",
+                [f"{resource} allocatable per node: {', '.join(sizes[:10])}"]
+                + ([f"... and {len(sizes) - 10} more nodes"] if len(sizes) > 10 else []),
+                f"ask for at most {largest} {resource} per pod (split the job across pods, e.g. one "
+                f"worker per node), or add a node with {asked_for} or more GPUs",
+            )
         return (
             0,
             f"not enough free {resource} for {asked_for} ({clause})",

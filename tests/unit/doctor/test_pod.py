@@ -61,6 +61,24 @@ def test_insufficient_gpus_names_who_holds_them_on_which_node(cluster: RecordedC
     )  # the Succeeded pod holds none
 
 
+def test_a_pod_asking_more_gpus_than_any_node_has_is_told_so_not_to_free_gpus(
+    cluster: RecordedCluster,
+) -> None:
+    """9 GPUs on 8-GPU nodes: freeing GPUs never helps, so the advice is to split the pod."""
+    cluster.pods.append(pending_pod("ml", "huge", [gpu_container("trainer", gpus=9)], spec={}))
+    cluster.events.append(
+        event(
+            "ml", "Pod", "huge", "FailedScheduling", "0/3 nodes are available: 2 Insufficient nvidia.com/gpu."
+        )
+    )
+    f = report(cluster, "ml/huge").by_id("pod.pending")
+    assert f.status is Status.FAIL
+    assert "asks for 9 nvidia.com/gpu and the largest node has 8" in f.summary
+    assert "free GPUs" not in f.fix
+    assert "at most 8 nvidia.com/gpu per pod" in f.fix
+    assert any("gpu-node-1: 8" in line for line in f.evidence)
+
+
 def test_untolerated_gpu_taint_gives_the_toleration(cluster: RecordedCluster) -> None:
     f = schedule_fail(
         cluster,
