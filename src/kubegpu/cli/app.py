@@ -13,6 +13,8 @@ typer and what it imports are about half of that command's start-up.
 from __future__ import annotations
 
 import importlib
+import os
+import shutil
 import sys
 from typing import TYPE_CHECKING, Any
 
@@ -97,6 +99,18 @@ def _app_for(argv: list[str]) -> typer.Typer:
     return build_app()
 
 
+# typer's boxed help cuts flag names, env vars and defaults to "…" below about this many columns;
+# click's plain help wraps them instead
+RICH_HELP_MIN_COLUMNS = 100
+
+
+def _plain_help_when_narrow() -> None:
+    """Below ``RICH_HELP_MIN_COLUMNS`` columns, help and usage errors are click's plain text (typer's
+    ``TYPER_USE_RICH``, read when typer is first imported; a value the user set is kept)."""
+    if "TYPER_USE_RICH" not in os.environ and shutil.get_terminal_size().columns < RICH_HELP_MIN_COLUMNS:
+        os.environ["TYPER_USE_RICH"] = "0"
+
+
 def main(argv: list[str] | None = None) -> None:
     """Run the CLI; turn kubegpu errors into one line on stderr and a non-zero exit code.
 
@@ -104,6 +118,7 @@ def main(argv: list[str] | None = None) -> None:
     ``KubegpuError`` and is reported here as one line.
     """
     args = sys.argv[1:] if argv is None else argv
+    _plain_help_when_narrow()
     try:
         if args[:1] == ["sim"]:
             from kubegpu.cli.simrun import fast_main

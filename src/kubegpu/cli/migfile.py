@@ -135,8 +135,13 @@ def validate_file(source: str, models: list[str], *, as_json: bool) -> None:
         console = Console(width=None if sys.stdout.isatty() else 160, highlight=False)
         console.print(table)
         bad = sum(ch.status is CheckStatus.INVALID for _, checks, _ in results for ch in checks)
-        console.print(
-            f"{bad} invalid layout(s)" if invalid else "every applicable layout is valid",
-        )
+        valid = sum(ch.status is CheckStatus.VALID for _, checks, _ in results for ch in checks)
+        if invalid:
+            summary = f"{bad} invalid layout(s)"
+        elif valid:
+            summary = "every applicable layout is valid"
+        else:  # not "valid": nothing was placed (profiles of GPUs kubegpu has no profiles for)
+            summary = "nothing in the file applies to the GPU models checked; no layout was placed"
+        console.print(summary)
     if invalid:
         raise typer.Exit(1)

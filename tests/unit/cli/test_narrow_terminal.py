@@ -47,3 +47,14 @@ def test_dra_devices_at_80_columns_keeps_mig_uuids_complete_across_lines() -> No
     for d in devices:  # a folded cell continues on the next line: joined, each name and UUID is whole
         assert d["name"] in names
         assert d["attributes"]["uuid"]["string"] in folded
+
+
+def test_agent_help_at_80_columns_shows_every_flag_name_whole() -> None:
+    """typer's boxed help cut `--device-plugin-dir` to `--device-plugin-…` at 80 columns."""
+    result = _kubegpu("agent", "--help")
+    assert result.returncode == 0, result.stderr
+    assert "…" not in result.stdout.replace("hgx-16 …", "")  # the one ellipsis is in a help text
+    for flag in ("--device-plugin-dir", "--config-file", "--kubelet-socket", "--health-address"):
+        assert flag in result.stdout, flag
+    assert max(len(line) for line in result.stdout.splitlines()) <= 80
+    assert "/var/lib/kubelet/device-plugins" in result.stdout  # a default, whole
