@@ -60,7 +60,10 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     """Check the host and build (or find cached) binaries before any test starts: a cold build takes
     about 20 minutes, far beyond the per-test timeout that would otherwise cover the session fixture's
     set-up. A host the rig cannot use or a failed build ends the session here with one message, rather
-    than erroring every test with the same one."""
+    than erroring every test with the same one. ``--collect-only`` runs no test: nothing is checked
+    or built then."""
+    if session.config.option.collectonly:
+        return
     if not any(i.get_closest_marker("e2e") for i in session.items) or os.geteuid() != 0:
         return
     rig = Rig()

@@ -11,6 +11,9 @@ publishes, writes the CDI spec and the checkpoint, and answers per claim. Rules 
 - the claim is read from the API server and refused when it is gone, not allocated, or replaced (its
   UID differs), or when a result names a pool or device this node does not publish;
 - unprepare of an unknown claim succeeds; unprepare removes the CDI spec, then the checkpoint entry;
+- a checkpoint write that fails (a full disk, an I/O error) changes nothing in memory or on disk and is
+  that claim's error: a prepare is not recorded (its CDI spec is removed again), an unprepared claim is
+  not forgotten, and kubelet retries;
 - all calls are serialised (one lock), as the Go helper does.
 """
 
@@ -181,25 +184,42 @@ class DraDriver:
                 )
             )
         devices = tuple(prepared)
-        try:
-            if spec is not None:
+        if spec is not None:
+            try:
                 self._cdi.write(ref.uid, spec)
+            except OSError as exc:
+                self._forget_spec(ref)
+                raise ClaimError(
+                    f"ResourceClaim {ref}: cannot write its CDI spec in {self._cdi.directory}: "
+                    f"{exc.strerror or exc}"
+                ) from exc
+        try:
             self._checkpoint.add(
                 PreparedClaim(
                     uid=ref.uid, namespace=ref.namespace, name=ref.name, devices=devices, cdi_spec=spec
                 )
             )
-        except OSError as exc:
-            self._cdi.remove(ref.uid)  # nothing half-prepared: kubelet asks again
+        except OSError as exc:  # the checkpoint is as it was: the claim is not prepared, kubelet asks again
+            self._forget_spec(ref)
             raise ClaimError(
-                f"ResourceClaim {ref}: cannot write its CDI spec or checkpoint "
-                f"({exc.filename or self._cdi.directory}): {exc.strerror or exc}"
+                f"ResourceClaim {ref}: not prepared, the checkpoint {self._checkpoint.path} cannot be "
+                f"written: {exc.strerror or exc}"
             ) from exc
         log.info(
             "claim prepared",
             extra={"claim": str(ref), "uid": ref.uid, "devices": [d.device for d in devices]},
         )
         return devices
+
+    def _forget_spec(self, ref: ClaimRef) -> None:
+        """Remove the CDI spec of a claim that was not prepared after all (nothing half-prepared)."""
+        try:
+            self._cdi.remove(ref.uid)
+        except OSError as exc:
+            log.warning(
+                "CDI spec of an unprepared claim left behind",
+                extra={"claim": str(ref), "uid": ref.uid, "error": exc.strerror or str(exc)},
+            )
 
     # -- unprepare -------------------------------------------------------------------------------
 
@@ -208,12 +228,28 @@ class DraDriver:
         answers: dict[str, str] = {}
         with self._lock:
             for ref in refs:
-                try:
-                    self._cdi.remove(ref.uid)
-                    if self._checkpoint.remove(ref.uid):
-                        log.info("claim unprepared", extra={"claim": str(ref), "uid": ref.uid})
-                    answers[ref.uid] = ""
-                except OSError as exc:
-                    answers[ref.uid] = f"ResourceClaim {ref}: cannot remove its CDI spec or checkpoint: {exc}"
+                answers[ref.uid] = error = self._unprepare_one(ref)
+                if error:
+                    log.warning(
+                        "claim not unprepared", extra={"claim": str(ref), "uid": ref.uid, "error": error}
+                    )
         self._changed()
         return answers
+
+    def _unprepare_one(self, ref: ClaimRef) -> str:
+        try:
+            self._cdi.remove(ref.uid)
+        except OSError as exc:
+            return (
+                f"ResourceClaim {ref}: cannot remove its CDI spec from {self._cdi.directory}: "
+                f"{exc.strerror or exc}"
+            )
+        try:
+            if self._checkpoint.remove(ref.uid):
+                log.info("claim unprepared", extra={"claim": str(ref), "uid": ref.uid})
+        except OSError as exc:  # still recorded, on disk and in memory: kubelet asks again
+            return (
+                f"ResourceClaim {ref}: not unprepared, the checkpoint {self._checkpoint.path} cannot be "
+                f"written: {exc.strerror or exc}"
+            )
+        return ""

@@ -18,11 +18,17 @@ config it has not settled yet (the label's value, or the mig-parted file's conte
    and a Normal event says what changed and how long it took. A backend failure is ``failed`` with
    the reason; the agent then advertises what the GPUs really have (``MigBackend.current``).
 
+Every plan starts from the layout the GPUs hold, read back through the backend (``MigBackend.current``;
+a layout applied that the agent could not serve is what the GPUs hold, not the layout served), never
+from the last label: relabelling to a config the GPUs already hold is ``success`` (and the agent is
+made to serve it if it serves another layout), relabelling to one they no longer hold repartitions
+them. A label value that leaves ``pending`` for another one is planned afresh when it comes back.
 A settled config is not applied again until the label or the file changes; a restarted agent plans
-again (a node that already has the layout settles at once as ``success``, nothing torn down). The
-state label is applied with its own field manager (``kubegpu-mig-manager``, forced: it is this
-manager's report) so the GFD label writer never removes it. Events go to the ``default`` namespace,
-where kubelet writes Node events (``kubectl describe node`` shows them).
+again (a node that already has the layout settles at once as ``success``, nothing torn down). A state
+label someone else changed or removed while settled is written back. The state label is applied
+with its own field manager (``kubegpu-mig-manager``, forced: it is this manager's report) so the GFD
+label writer never removes it. Events go to the ``default`` namespace, where kubelet writes Node
+events (``kubectl describe node`` shows them).
 """
 
 from __future__ import annotations
@@ -64,6 +70,22 @@ log = logging.getLogger(__name__)
 
 EVENT_NAMESPACE = "default"
 COMPONENT = "kubegpu-mig-manager"
+
+
+def _state_of(label: str | None) -> MigConfigState | None:
+    """The state label's value as a state (None: absent, or a value this manager does not write)."""
+    try:
+        return MigConfigState(label)
+    except ValueError:
+        return None
+
+
+def _layout(node: Node) -> tuple[tuple[int, bool, tuple[tuple[str, int, str], ...]], ...]:
+    """What a repartition changes on a node: per GPU its MIG mode and instances (profile, slot, UUID)."""
+    return tuple(
+        (g.index, g.mig_enabled, tuple((m.profile, m.start_slot, str(m.uuid)) for m in g.mig_instances))
+        for g in node.gpus
+    )
 
 
 def _planned_uuid(gpu: Gpu, placed: PlacedInstance) -> GpuUuid:
@@ -115,7 +137,11 @@ class MigManager:
         self._file: MigPartedConfig | None = None
         self._file_error: str | None = None
         self._settled: tuple[str, tuple[object, ...] | None] | None = None  # (label, file identity)
-        self._state_written: MigConfigState | None = None
+        self._settled_state = MigConfigState.SUCCESS  # what the state label said when it settled
+        self._state_written: MigConfigState | None = None  # what the state label says now
+        # the layout the GPUs hold when it is not the one the agent serves (applied, but the agent could
+        # not serve it); None: the GPUs hold what the agent serves
+        self._unserved: Node | None = None
         self._pending_since: float | None = None
         self._pending_for: str | None = None  # the label value _pending_since is about
         self._pending_told: tuple[str, tuple[tuple[str, str], ...]] | None = None
@@ -174,12 +200,17 @@ class MigManager:
             settings = self._settings
         identity = self._load_file(settings.config_file)
         key = (wanted, identity)
+        state_now = labels.get(MIG_STATE_LABEL)
+        self._state_written = _state_of(state_now)
         if key == self._settled:
+            if self._state_written is not self._settled_state:  # the label was changed or removed
+                self._write_state(self._settled_state)
             return None
-        outcome = self._pass(wanted, settings, labels.get(MIG_STATE_LABEL))
+        self._settled = None  # another value (or file) than the one settled: planned afresh
+        outcome = self._pass(wanted, settings, state_now)
         self.last = outcome
         if outcome.state is not MigConfigState.PENDING:
-            self._settled = key
+            self._settled, self._settled_state = key, outcome.state
             self._pending_since = None
             self._pending_told = None
             self._evictor.clear()
@@ -190,19 +221,26 @@ class MigManager:
     def _pass(self, wanted: str, settings: MigManagerSettings, state_now: str | None) -> MigOutcome:
         if self._file_error is not None or self._file is None:
             return self._fail(wanted, f"cannot read the mig-parted config: {self._file_error}")
+        gpus = self._gpus()
         try:
             config = self._file.config(wanted)
-            transition = plan_transition(self._node(), config, device_ids=self._device_ids)
+            transition = plan_transition(gpus, config, device_ids=self._device_ids)
         except (InputError, MigLayoutError) as exc:
             return self._fail(wanted, f"config {clip(wanted)} refused: {exc}")
         if transition.affected and self._can_serve is not None:
-            planned = repartitioned(self._node(), transition, mig_uuid=_planned_uuid)
+            planned = repartitioned(gpus, transition, mig_uuid=_planned_uuid)
             problem = self._can_serve(planned)
             if problem is not None:
                 return self._fail(
                     wanted, f"config {clip(wanted)} refused: the agent could not serve it: {problem}"
                 )
         if not transition.affected:
+            # the GPUs hold it already; the agent may serve another layout (one it could not serve)
+            if _layout(gpus) != _layout(self._node()) and not self._on_applied(gpus):
+                self._unserved = gpus
+                why = f"the GPUs hold {clip(wanted)}, but its devices could not be served"
+                return self._fail(wanted, why)
+            self._unserved = None
             self._write_state(MigConfigState.SUCCESS)
             message = f"{transition.describe()} (nothing to change)"
             if state_now != MigConfigState.SUCCESS.value:
@@ -221,7 +259,12 @@ class MigManager:
         blocking = blocking_pods(holders, transition.affected, self._index_of())
         if blocking:
             return self._wait_for(wanted, transition, blocking, drain=settings.drain)
-        return self._apply(wanted, transition)
+        return self._apply(wanted, transition, gpus)
+
+    def _gpus(self) -> Node:
+        """The layout the GPUs hold now, read back through the backend (NVML reads the GPUs; simulated
+        GPUs hold what the agent serves, or the layout last applied that it could not serve)."""
+        return self._backend.current(self._unserved if self._unserved is not None else self._node())
 
     def _wait_for(
         self, wanted: str, transition: MigTransition, blocking: tuple[tuple[str, str], ...], *, drain: bool
@@ -246,20 +289,22 @@ class MigManager:
             log.info("MIG repartition pending", extra={"node": self._name, "config": wanted, "pods": pods})
         return MigOutcome(config=wanted, state=MigConfigState.PENDING, message=message, blocking=blocking)
 
-    def _apply(self, wanted: str, transition: MigTransition) -> MigOutcome:
+    def _apply(self, wanted: str, transition: MigTransition, gpus: Node) -> MigOutcome:
         t0 = self._clock()
-        node = self._node()
         try:
-            new = self._backend.apply(node, transition)
+            new = self._backend.apply(gpus, transition)
         except MigApplyError as exc:
             try:
-                self._on_applied(self._backend.current(node))  # advertise what the GPUs now have
+                now = self._backend.current(gpus)
+                self._unserved = None if self._on_applied(now) else now  # advertise what the GPUs have
             except KubegpuError as again:
                 log.error("cannot re-read the GPUs after a failed repartition", extra={"error": str(again)})
             return self._fail(wanted, f"applying {clip(wanted)} failed: {exc}")
         if not self._on_applied(new):
+            self._unserved = new  # the GPUs hold it: the next config is planned from it, not from the old
             why = f"{clip(wanted)} applied to the GPUs, but the new devices could not be served"
             return self._fail(wanted, why)
+        self._unserved = None
         took = self._clock() - t0
         waited = t0 - (self._pending_since or t0)
         self._write_state(MigConfigState.SUCCESS)

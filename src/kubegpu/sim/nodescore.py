@@ -248,7 +248,8 @@ def _plan_scorer(kube: NodeScorer, pod: PodRequest, rows: NodeRows, frag: FragTa
         base, hint = kube(r)
         if base == NEG_INF:
             return base, hint
-        free, cpu = free_of[r], cpu_of[r]
+        # a GPU over-committed by pods bound elsewhere (below 0 free) is full, as plan.usable_milli says
+        free, cpu = [f if f > 0 else 0 for f in free_of[r]], cpu_of[r]
         # the node's value before and after (plan.ValuePlan.buckets), in the same integers
         sums = [sum(row[f] for f in free) for row in table]
         before = min(s + price * cpu for s, (_, price) in zip(sums, priced, strict=True))

@@ -82,6 +82,7 @@ __all__ = [
     "room",
     "room_change",
     "room_change_of",
+    "usable_milli",
     "value_plan",
     "value_plan_of",
 ]
@@ -153,8 +154,9 @@ class ValuePlan:
         return f"{pivot}, CPU match {on[self.cpu_match]}, partner reserve {on[self.reserve]}"
 
     def node_values(self, free_milli: IntArray, cpu_left_milli: IntArray) -> IntArray:
-        """``V(F, C)`` per row (module docstring, 4.): rows of free milli per GPU, free milli-cores."""
-        sums = self.node_table[:, free_milli].sum(axis=2)  # prices x rows
+        """``V(F, C)`` per row (module docstring, 4.): rows of free milli per GPU, free milli-cores.
+        A GPU over-committed by pods bound elsewhere (free milli below 0) counts as full (0 free)."""
+        sums = self.node_table[:, usable_milli(free_milli)].sum(axis=2)  # prices x rows
         out: IntArray = (sums + _CPU_PRICE_ARRAY[:, None] * cpu_left_milli[None, :]).min(axis=0)
         return out
 
@@ -162,8 +164,10 @@ class ValuePlan:
         self, free_milli: IntArray, cpu_left_milli: IntArray, milli: int, cpu_milli: int
     ) -> FloatArray:
         """Per row and GPU: ``floor((V(after) - V(before)) / PLAN_BUCKET_MILLI)`` for a share of
-        ``milli`` and ``cpu_milli`` on that GPU, ``-inf`` where the GPU has no room for it."""
+        ``milli`` and ``cpu_milli`` on that GPU, ``-inf`` where the GPU has no room for it (a GPU with
+        free milli below 0, over-committed by pods bound elsewhere, counts as full)."""
         table = self.node_table
+        free_milli = usable_milli(free_milli)
         room = free_milli >= milli
         after = np.where(room, free_milli - milli, 0)
         held = table[:, free_milli]  # prices x rows x GPUs
@@ -175,6 +179,13 @@ class ValuePlan:
         lost = (moved + cores).min(axis=0) - before[:, None]
         out: FloatArray = np.where(room, np.floor_divide(lost, _BUCKET_UNITS).astype(np.float64), -np.inf)
         return out
+
+
+def usable_milli(free_milli: IntArray) -> IntArray:
+    """Free milli as the value tables index it: 0 .. 1000. A GPU that pods bound by another scheduler
+    over-commit shows less than 0 free; it is full (0), never an index from the end of a table."""
+    out: IntArray = np.clip(free_milli, 0, MILLI)
+    return out
 
 
 def _ratio_gap(cpu_left_milli: float, idle_milli: float, cpu_milli: int, gpu_milli: int) -> float:

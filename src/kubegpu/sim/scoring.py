@@ -700,6 +700,7 @@ def score_kubegpu_plan(nodes: NodeArrays, pod: PodRequest, shapes: TypicalShapes
         cpu_match_steps,
         reserve_slack,
         room_change_of,
+        usable_milli,
         value_plan_of,
     )
 
@@ -707,32 +708,29 @@ def score_kubegpu_plan(nodes: NodeArrays, pod: PodRequest, shapes: TypicalShapes
     if plan.flat:
         return base
     ok = np.isfinite(base.score)
+    free_milli = usable_milli(nodes.gpu_free_milli)  # an over-committed GPU (below 0 free) is full
     if not pod.shared:
         if not plan.reserve:
             return base
-        slack = reserve_slack(
-            nodes.gpu_free_milli, nodes.cpu_left_milli, pod.cpu_milli, np.zeros(len(ok), np.int64)
-        )
+        slack = reserve_slack(free_milli, nodes.cpu_left_milli, pod.cpu_milli, np.zeros(len(ok), np.int64))
         return Scores(
             score=np.where(ok & (slack < 0), base.score - PLAN_RESERVE_PENALTY, base.score), gpu=base.gpu
         )
-    bucket = plan.buckets(nodes.gpu_free_milli, nodes.cpu_left_milli, pod.gpu_milli, pod.cpu_milli)
+    bucket = plan.buckets(free_milli, nodes.cpu_left_milli, pod.gpu_milli, pod.cpu_milli)
     best = bucket.max(axis=1) if bucket.shape[1] else np.full(len(base.score), -np.inf)
     hint = base.gpu
     hinted = np.where(hint >= 0, bucket[np.arange(len(hint)), np.maximum(hint, 0)], -np.inf)
     gpu = np.where(hinted == best, hint, bucket.argmax(axis=1) if bucket.shape[1] else -1)
     gpu = np.where(ok, gpu, base.gpu).astype(np.int64)
     if plan.cpu_match:
-        match = cpu_match_steps(
-            nodes.cpu_left_milli, nodes.gpu_free_milli.sum(axis=1), pod.cpu_milli, pod.gpu_milli
-        )
+        match = cpu_match_steps(nodes.cpu_left_milli, free_milli.sum(axis=1), pod.cpu_milli, pod.gpu_milli)
         score = best * 1e6 + match * 1000.0 + base.score
     else:
         score = best * 1000.0 + base.score
-    if plan.reserve and gpu.size and nodes.gpu_free_milli.shape[1]:
-        free = np.take_along_axis(nodes.gpu_free_milli, np.maximum(gpu, 0)[:, None], axis=1)[:, 0]
+    if plan.reserve and gpu.size and free_milli.shape[1]:
+        free = np.take_along_axis(free_milli, np.maximum(gpu, 0)[:, None], axis=1)[:, 0]
         change = np.where(gpu >= 0, room_change_of(free, pod.gpu_milli), 0)
-        slack = reserve_slack(nodes.gpu_free_milli, nodes.cpu_left_milli, pod.cpu_milli, change)
+        slack = reserve_slack(free_milli, nodes.cpu_left_milli, pod.cpu_milli, change)
         score = np.where(slack < 0, score - PLAN_RESERVE_PENALTY, score)
     return Scores(score=np.where(ok, score, -np.inf), gpu=gpu)
 
