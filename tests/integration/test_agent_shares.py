@@ -166,3 +166,26 @@ def test_list_and_watch_carries_8000_share_devices(
         assert size < 4 * 2**20, "under gRPC's default 4 MiB receive limit (kubelet's client)"
     finally:
         agent.stop()
+
+
+def test_a_gpu_is_never_handed_out_past_1000_whatever_the_annotations_say(
+    kubelet: KubeletDouble, plugin_dir: Path, tmp_path: Path, api: type[FakeApi]
+) -> None:
+    # the extender (or a forged annotation) put three half-GPU shares on GPU 3
+    api.pods = [bound("a", 3, 500, 1), bound("b", 3, 500, 2), bound("c", 3, 500, 3)]
+    agent = Agent(options(plugin_dir, tmp_path))
+    agent.start()
+    try:
+        assert kubelet.wait_for(lambda: kubelet.allocatable(MILLI) == 8000, 20)
+        for uid in ("a", "b"):
+            assert kubelet.admit_pod(share(uid, 500))["main"].envs["NVIDIA_VISIBLE_DEVICES"] == UUIDS[3]
+            with FakeApi.lock:
+                next(p for p in api.pods if p["metadata"]["uid"] == uid)["status"]["phase"] = "Running"
+        with pytest.raises(AdmissionError) as err:
+            kubelet.admit_pod(share("c", 500))
+        text = str(err.value)
+        assert "ml/c" in text and "GPU 3" in text and "1000 of 1000" in text and "ml/a 500" in text
+        ledger = json.loads((plugin_dir / "kubegpu-state" / "shares.json").read_text())
+        assert [(h["pod"], h["uuid"]) for h in ledger["handouts"]] == [("a", UUIDS[3]), ("b", UUIDS[3])]
+    finally:
+        agent.stop()

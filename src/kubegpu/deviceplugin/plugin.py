@@ -233,10 +233,14 @@ class ResourcePlugin:
             raise DeviceRequestError(DeviceRequestProblem.TOO_MANY_SHARED, SHARED_REQUEST_LIMIT_MESSAGE)
         return devices
 
-    def allocate(self, device_ids: Sequence[str]) -> ContainerAllocation:
+    def allocate(
+        self, device_ids: Sequence[str], *, taken: list[ShareClaim] | None = None
+    ) -> ContainerAllocation:
         devices = self.validate(device_ids)
         if self.resource.kind is ResourceKind.MILLI:
-            return self._allocate_share(len(devices))
+            return self._allocate_share(len(devices), taken)
+        if self._shares is not None:  # the last line: no whole GPU where shares are handed out
+            self._shares.check_whole(str(self.resource.name), sorted({d.gpu for d in devices}))
         return build_allocation(
             self.resource,
             devices,
@@ -245,7 +249,7 @@ class ResourcePlugin:
             extra_mounts=self._extra_mounts,
         )
 
-    def _allocate_share(self, milli: int) -> ContainerAllocation:
+    def _allocate_share(self, milli: int, taken: list[ShareClaim] | None = None) -> ContainerAllocation:
         """The GPU the extender chose for the pod being admitted, with the env a whole GPU gets."""
         if self._shares is None:
             raise DeviceRequestError(
@@ -262,6 +266,8 @@ class ResourcePlugin:
             return None
 
         claim = self._shares.hand_out(milli, check=check)
+        if taken is not None:
+            taken.append(claim)
         device = next(d for d in self.resource.devices if d.gpu == claim.gpu)
         allocation = build_allocation(
             self.resource,
@@ -285,7 +291,14 @@ class ResourcePlugin:
             )
         for device_ids in requests:
             self.validate(device_ids)
-        return [self.allocate(device_ids) for device_ids in requests]
+        taken: list[ShareClaim] = []
+        try:
+            return [self.allocate(device_ids, taken=taken) for device_ids in requests]
+        except KubegpuError:
+            if self._shares is not None:  # refused as a whole: no hand-out of it stays recorded
+                for claim in reversed(taken):
+                    self._shares.take_back(claim)
+            raise
 
     def pre_start(self, device_ids: Sequence[str]) -> None:
         """With ``preStartCheck``: refuse to start a container on a device that turned unhealthy."""

@@ -19,7 +19,12 @@ does, the agent finds the pod being admitted among the pods bound to its node:
   is logged (``share handed out``) and kept in the ledger.
 * **the ledger** (``ShareLedger``): one JSON file, replaced atomically, listing each hand-out (pod UID,
   namespace/name, container, GPU UUID, milli), so a restarted agent never hands a pod twice and knows
-  which GPUs hold shares. Hand-outs of pods no longer on the node are dropped at the next listing.
+  which GPUs hold shares. Hand-outs of pods no longer on the node, or finished (``Succeeded``,
+  ``Failed``), are dropped at the next listing; a terminating pod's stay until its containers stop.
+* **capacity**: the agent is the last line against an over-committed GPU, whatever the annotations
+  say. A hand-out is refused (``DeviceRequestError``, nothing recorded) when the GPU's live share pods
+  in the ledger (each counted as the extender counts it, ``pod_milli``) plus the claim's pod would
+  exceed ``GPU_MILLI``; so is a whole GPU (``check_whole``) on a GPU holding shares.
 
 ``ShareBroker`` joins them to the API (a ``list_pods`` callable: one LIST of the node's pods per call,
 which is always fresh, so the pod kubelet is admitting is in it) and is what ``ResourcePlugin`` calls.
@@ -57,6 +62,7 @@ __all__ = [
     "ShareLedger",
     "container_milli",
     "pick",
+    "pod_milli",
     "share_claims",
 ]
 
@@ -65,6 +71,7 @@ log = logging.getLogger(__name__)
 LEDGER_NAME = "shares.json"
 REUSE_S = 1.0  # a peek's LIST serves the next hand-out if it comes within this many seconds
 LEDGER_VERSION = 1
+GPU_MILLI = 1000  # thousandths in one GPU: no GPU is handed out beyond this
 _SI = {"": 1, "k": 10**3, "M": 10**6}
 
 ApiObject = Mapping[str, Any]
@@ -140,8 +147,23 @@ def _order(pod: ApiObject) -> tuple[str, str, str, str]:
 
 def _live(pod: ApiObject) -> bool:
     meta = pod.get("metadata") or {}
-    phase = (pod.get("status") or {}).get("phase")
-    return not meta.get("deletionTimestamp") and phase not in ("Succeeded", "Failed")
+    return not meta.get("deletionTimestamp") and _holds_gpu(pod)
+
+
+def _holds_gpu(pod: ApiObject) -> bool:
+    """Whether a pod on the node may still run on its GPU: every phase but ``Succeeded``/``Failed``.
+    A terminating pod (``deletionTimestamp``) still does until its containers stop (the extender,
+    too, counts it until it is gone or finished)."""
+    return (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
+
+
+def pod_milli(pod: ApiObject) -> int:
+    """The thousandths of its GPU a pod holds, as the extender accounts it: its containers' asks
+    added up, at least its largest init container's; an unreadable ask counts 0."""
+    spec = pod.get("spec") or {}
+    regular = sum(container_milli(c) or 0 for c in spec.get("containers") or [])
+    init = max((container_milli(c) or 0 for c in spec.get("initContainers") or []), default=0)
+    return max(regular, init)
 
 
 def share_claims(
@@ -209,6 +231,17 @@ def share_claims(
     return claims
 
 
+def _handout(claim: ShareClaim) -> HandOut:
+    return HandOut(
+        pod_uid=claim.pod_uid,
+        namespace=claim.namespace,
+        pod=claim.pod,
+        container=claim.container,
+        uuid=claim.uuid,
+        milli=claim.milli,
+    )
+
+
 def pick(claims: Sequence[ShareClaim], milli: int) -> ShareClaim | None:
     """The claim an Allocate of ``milli`` devices is for: the first asking exactly that much."""
     return next((c for c in claims if c.milli == milli), None)
@@ -264,6 +297,21 @@ class ShareLedger:
                 self._items.pop()
                 raise
 
+    def forget(self, handout: HandOut) -> None:
+        """Take back one hand-out just recorded (the Allocate it was part of failed); on disk before this
+        returns (``OSError`` if it cannot be written)."""
+        with self._lock:
+            at = [i for i, h in enumerate(self._items) if h == handout]
+            if not at:
+                return
+            before = list(self._items)
+            del self._items[at[-1]]  # the latest such entry
+            try:
+                self._save()
+            except OSError:
+                self._items = before
+                raise
+
     def keep_only(self, live_uids: frozenset[str]) -> int:
         """Forget the hand-outs of pods not in ``live_uids``; how many were dropped."""
         with self._lock:
@@ -299,9 +347,9 @@ class ShareBroker:
         return [str(g.uuid) for g in self._node().gpus]
 
     def _pods(self) -> Sequence[ApiObject]:
-        """The node's pods (one LIST); the ledger forgets pods gone from it."""
+        """The node's pods (one LIST); the ledger forgets pods gone from it or finished."""
         pods = self._list_pods()
-        live = frozenset(str((p.get("metadata") or {}).get("uid", "")) for p in pods if _live(p))
+        live = frozenset(str((p.get("metadata") or {}).get("uid", "")) for p in pods if _holds_gpu(p))
         dropped = self.ledger.keep_only(live)
         if dropped:
             log.info("share hand-outs of ended pods forgotten", extra={"count": dropped})
@@ -319,6 +367,66 @@ class ShareBroker:
         for line in problems:
             log.warning("pod's share cannot be served", extra={"problem": line})
         return claims
+
+    def _held(self, pods: Sequence[ApiObject]) -> dict[str, dict[str, tuple[str, int]]]:
+        """What the ledger says each GPU holds: GPU UUID (lower case) -> pod UID -> (namespace/name,
+        thousandths). A pod in ``pods`` counts as the extender accounts it (``pod_milli``), a finished
+        one not at all; a pod missing from ``pods`` counts the sum of its hand-outs."""
+        by_uid = {str((p.get("metadata") or {}).get("uid", "")): p for p in pods}
+        out: dict[str, dict[str, tuple[str, int]]] = {}
+        for h in self.ledger.handouts():
+            pod = by_uid.get(h.pod_uid)
+            if pod is not None and not _holds_gpu(pod):
+                continue
+            on_gpu = out.setdefault(h.uuid.lower(), {})
+            label, milli = on_gpu.get(h.pod_uid, (f"{h.namespace}/{h.pod}", 0))
+            on_gpu[h.pod_uid] = (label, pod_milli(pod) if pod is not None else milli + h.milli)
+        return out
+
+    def _over_capacity(self, claim: ShareClaim, pods: Sequence[ApiObject]) -> str | None:
+        """Why ``claim`` would put its GPU over ``GPU_MILLI`` (None: it fits). Counted: the pods the
+        ledger says hold a share of that GPU (``_held``), and the claim's pod as a whole."""
+        on_gpu = self._held(pods).get(claim.uuid.lower(), {})
+        others = {uid: held for uid, held in on_gpu.items() if uid != claim.pod_uid}
+        used = sum(m for _, m in others.values())
+        pod = next((p for p in pods if str((p.get("metadata") or {}).get("uid", "")) == claim.pod_uid), None)
+        mine = max(pod_milli(pod) if pod is not None else 0, claim.milli)
+        if used + mine <= GPU_MILLI:
+            return None
+        holders = ", ".join(f"{label} {m}" for label, m in sorted(others.values())[:5])
+        more = f" and {len(others) - 5} more" if len(others) > 5 else ""
+        return (
+            f"{MILLI_RESOURCE}: {claim.namespace}/{claim.pod}'s share of {mine} on GPU {claim.gpu} "
+            f"({claim.uuid}) refused: {used} of {GPU_MILLI} thousandths are handed out there already "
+            f"({holders}{more}); it would hold {used + mine}. The {ANNOTATION} annotation puts more on "
+            "this GPU than it has: was the pod scheduled by kubegpu extender, and does the extender "
+            "see every share pod of this node?"
+        )
+
+    def check_whole(self, resource: str, gpus: Iterable[int]) -> None:
+        """Refuse (``DeviceRequestError``) whole GPUs among ``gpus`` that hold shares now (live share
+        pods in the ledger; the ledger alone when the API cannot be read): a whole GPU there would put
+        it over ``GPU_MILLI``."""
+        with self._lock:
+            uuids = self._uuids()
+            try:
+                pods: Sequence[ApiObject] = self._pods()
+            except KubegpuError as exc:
+                log.warning("cannot list pods; shares held from the ledger", extra={"error": str(exc)})
+                pods = ()
+            held = self._held(pods)
+        for gpu in gpus:
+            on_gpu = held.get(uuids[gpu].lower()) if 0 <= gpu < len(uuids) else None
+            if not on_gpu:
+                continue
+            used = sum(m for _, m in on_gpu.values())
+            holders = ", ".join(f"{label} {m}" for label, m in sorted(on_gpu.values())[:5])
+            raise DeviceRequestError(
+                DeviceRequestProblem.NO_SHARE,
+                f"{resource}: GPU {gpu} ({uuids[gpu]}) is not whole: {used} of {GPU_MILLI} thousandths "
+                f"are handed out there as shares ({holders}); a whole GPU on it would put it over "
+                f"{GPU_MILLI}",
+            )
 
     def peek(self, milli: int) -> ShareClaim | None:
         """The claim an Allocate of ``milli`` devices would serve now (GetPreferredAllocation's guess)."""
@@ -374,16 +482,11 @@ class ShareBroker:
                     f"{MILLI_RESOURCE}: {claim.namespace}/{claim.pod}'s share is on GPU {claim.gpu} "
                     f"({claim.uuid}), which {why}",
                 )
-            self.ledger.record(
-                HandOut(
-                    pod_uid=claim.pod_uid,
-                    namespace=claim.namespace,
-                    pod=claim.pod,
-                    container=claim.container,
-                    uuid=claim.uuid,
-                    milli=claim.milli,
-                )
-            )
+            over = self._over_capacity(claim, pods)
+            if over is not None:
+                log.error("share refused: its GPU would be over-committed", extra={"problem": over})
+                raise DeviceRequestError(DeviceRequestProblem.NO_SHARE, over)
+            self.ledger.record(_handout(claim))
             tied = [c for c in claims if c is not claim and c.milli == milli and c.uuid != claim.uuid]
             log.info(
                 "share handed out",
@@ -400,6 +503,17 @@ class ShareBroker:
                 },
             )
             return claim
+
+    def take_back(self, claim: ShareClaim) -> None:
+        """Forget ``claim``'s hand-out: the Allocate it was part of is refused as a whole."""
+        with self._lock:
+            try:
+                self.ledger.forget(_handout(claim))
+            except OSError as exc:  # memory and disk both keep it: it ends when the pod does
+                log.error(
+                    "cannot take back a share hand-out",
+                    extra={"pod": f"{claim.namespace}/{claim.pod}", "error": str(exc)},
+                )
 
     def shared_gpus(self) -> frozenset[int]:
         """GPUs holding (or promised) shares: those the live share pods' assignments name, else, when the

@@ -17,9 +17,17 @@ server fails, one log line per failure:
   GPU is healthy again (an explicit recovery, or the tracker's quiet-period policy) the taint and the
   condition are removed and the node's place in the Lease is given back.
 
-``read_back`` (called by the agent before health events flow) re-applies to the tracker the faults
-that a previous run's condition records, so a restart keeps a quarantine rather than forgetting it,
-and recomputes the same condition and taint rather than adding new ones.
+The taint and the durable record (annotation ``kubegpu.io/quarantine``: every failed GPU and the taint
+written, ``quarantine.record_text``) change together, in one merge patch. ``read_back`` (called by the
+agent before health events flow) re-applies to the tracker the faults that a previous run recorded
+(the record; the condition's message for a node an older agent quarantined, or when the record is
+refused as garbage), so a restart keeps a quarantine rather than forgetting it, and recomputes the same
+condition and taint rather than adding new ones.
+
+A reload (``set_quarantine``) leaves nothing of the old settings behind: turned off, kubegpu's taint
+and condition are removed and the node's Lease place given back; a new ``taintKey`` moves the taint
+(removing under the old key only the taint kubegpu wrote, exactly: key, value and effect); a new
+``lease`` gives the old Lease's place back.
 """
 
 from __future__ import annotations
@@ -41,10 +49,13 @@ from kubegpu.node.eviction import PodEvictor
 from kubegpu.node.lease import QuarantineLease
 from kubegpu.node.quarantine import (
     CONDITION_TYPE,
+    RECORD_ANNOTATION,
     FailedGpu,
     condition_for,
     eviction_targets,
     failed_gpus,
+    read_record,
+    record_text,
     recorded_faults,
     taints_with,
 )
@@ -54,6 +65,12 @@ __all__ = ["CAPPED_RETRY_S", "NodeHygiene"]
 log = logging.getLogger(__name__)
 
 CAPPED_RETRY_S = 30.0  # a node the fleet cap refused asks the Lease again this often
+_EMPTY_RECORD = record_text([], None)  # a lifted quarantine: the condition, if left, is not read back
+
+
+def _is_taint(taint: Mapping[str, object], ours: tuple[str, str, str]) -> bool:
+    """Whether ``taint`` is exactly the one kubegpu wrote (key, value and effect)."""
+    return (taint.get("key"), taint.get("value") or "", taint.get("effect")) == ours
 
 
 class NodeHygiene:
@@ -91,20 +108,14 @@ class NodeHygiene:
         self._backoff = Backoff(initial_s=0.5, max_s=30.0)
         self._evictor = PodEvictor(api, node_name=node_name, clock=clock)
         self._failed_since: float | None = None  # the tracker's time of the quarantine's first fault
-        self._lease: QuarantineLease | None = None
         self._capped = False
         self._capped_retry_at = 0.0
         self._holders_error: str | None = None
-        if self._q is not None:
-            ns, _, name = self._q.lease.partition("/")
-            self._lease = QuarantineLease(
-                api,
-                namespace=ns,
-                name=name,
-                taint_key=self._q.taint_key,
-                max_share=self._q.max_share,
-                wall_clock=wall_clock,
-            )
+        self._settings = quarantine  # as configured, on or off: an off one still names its Lease
+        self._lease: QuarantineLease | None = self._lease_for(self._q)
+        self._ours: tuple[str, str, str] | None = None  # the taint kubegpu wrote: (key, value, effect)
+        self._retiring: dict[str, QuarantineLease] = {}  # Leases to give this node's place back to
+        self._cleanup = False  # quarantine turned off: take away the taint and condition it wrote
 
     # -- public -------------------------------------------------------------------------------------
 
@@ -132,20 +143,65 @@ class NodeHygiene:
         with self._lock:
             self._index_of = dict(index_of)
 
+    def _lease_for(self, q: QuarantineSettings | None) -> QuarantineLease | None:
+        if q is None:
+            return None
+        ns, _, name = q.lease.partition("/")
+        return QuarantineLease(
+            self._api,
+            namespace=ns,
+            name=name,
+            taint_key=q.taint_key,
+            max_share=q.max_share,
+            wall_clock=self._wall,
+        )
+
     def set_quarantine(self, settings: QuarantineSettings | None) -> None:
-        """New quarantine settings (a config reload); the next pass writes what follows from them."""
+        """New quarantine settings (a config reload); the next pass writes what follows from them.
+
+        What the old settings wrote does not stay behind: turned off, the next pass removes kubegpu's
+        taint (the exact key, value and effect it wrote) and condition and gives the node's place in
+        the fleet's Lease back; with a new ``taintKey`` the taint moves to the new key (the old one,
+        again only kubegpu's own, is removed); with a new ``lease`` the old Lease is released."""
+        new = settings if settings is not None and settings.enabled else None
         with self._lock:
-            self._q = settings if settings is not None and settings.enabled else None
+            old = self._q
+            if old is not None and self._lease is not None:
+                self._retiring[old.lease] = self._lease
+            if new is not None:
+                self._retiring.pop(new.lease, None)
+            self._q, self._settings = new, settings
+            self._lease = self._lease_for(new)
+            self._cleanup = new is None and (old is not None or self._cleanup)
             self._applied = None
         self._tracker.wake()
 
     def read_back(self) -> int:
-        """Restore into the tracker the faults a previous run's condition recorded; how many."""
-        if self._q is None:
+        """Restore into the tracker the faults a previous run recorded (the node's record, else its
+        condition); how many. With quarantine off, a record left by an earlier run is cleaned up by the
+        first pass instead (its taint, condition and Lease place)."""
+        settings = self._settings
+        if settings is None:
             return 0
         node = self._api.get_node(self._node, quick=True)  # the agent's start waits for this
         if node is None:
             return 0
+        record, problem = read_record(node)
+        if problem is not None:
+            log.error(
+                "quarantine record on the node refused; reading the condition instead",
+                extra={"node": self._node, "annotation": RECORD_ANNOTATION, "problem": problem},
+            )
+        with self._lock:
+            if record is not None:
+                self._ours = record.taint
+            if self._q is None:
+                if record is not None and (record.taint is not None or record.gpus):
+                    self._cleanup = True
+                    lease = self._lease_for(settings)
+                    if lease is not None:
+                        self._retiring[settings.lease] = lease
+                return 0
         by_uuid = {u.lower(): i for i, u in enumerate(self._uuids)}
         restored = 0
         for uuid, kind, xid, reason in recorded_faults(node):
@@ -207,11 +263,26 @@ class NodeHygiene:
         failure: KubegpuError | None = None
         self._tracker.recover_quiet()
         with self._lock:
-            q = self._q
+            q, lease, cleanup, retiring = self._q, self._lease, self._cleanup, dict(self._retiring)
+        if cleanup:
+            try:
+                self._clean_up()
+            except KubegpuError as exc:
+                failure = exc
+        for name, old in retiring.items():
+            try:
+                old.release(self._node)
+            except KubegpuError as exc:
+                failure = failure or exc
+                continue
+            with self._lock:
+                if self._retiring.get(name) is old:
+                    del self._retiring[name]
+            log.info("node's place in an old quarantine Lease given back", extra={"lease": name})
         if q is not None:
             try:
                 failed = failed_gpus(self._tracker.statuses(), self._uuids, q.policy)
-                self._sync_quarantine(q, failed)
+                self._sync_quarantine(q, lease, failed)
                 if failed and not self._capped:
                     self._evict(q, failed)
                 elif not failed:
@@ -271,18 +342,20 @@ class NodeHygiene:
 
     # -- quarantine ---------------------------------------------------------------------------------
 
-    def _sync_quarantine(self, q: QuarantineSettings, failed: list[FailedGpu]) -> None:
+    def _sync_quarantine(
+        self, q: QuarantineSettings, lease: QuarantineLease | None, failed: list[FailedGpu]
+    ) -> None:
         state = (tuple((f.index, f.reason) for f in failed), q.taint_key, q.taint_effect)
         if state == self._applied and not (self._capped and self._clock() >= self._capped_retry_at):
             return
         t0 = self._clock()
-        assert self._lease is not None
+        assert lease is not None  # built with the settings
         capped = False
         if failed:
             if self._failed_since is None:  # when the first quarantining fault arrived
                 statuses = self._tracker.statuses()
                 self._failed_since = min(statuses[f.index].since for f in failed)
-            decision = self._lease.claim(self._node, failed[0].reason)
+            decision = lease.claim(self._node, failed[0].reason)
             capped = not decision.allowed
             if capped:
                 log.error(
@@ -294,14 +367,17 @@ class NodeHygiene:
                         "max_share": q.max_share,
                     },
                 )
-        condition = condition_for(failed)
+        condition = condition_for(
+            failed, prefix="quarantine withheld (fleet cap reached): " if capped else ""
+        )
         taint = None
         if failed and not capped:
             taint = {"key": q.taint_key, "value": failed[0].reason, "effect": q.taint_effect.value}
-        self._write_taint(q.taint_key, taint)
-        self._write_condition(condition, capped=capped)
+        # the taint and the record first, in one write: a restart between the two writes keeps the record
+        self._write_node(q.taint_key, taint, record_text(failed, taint) if failed else None)
+        self._write_condition(condition)
         if not failed:
-            self._lease.release(self._node)
+            lease.release(self._node)
             if self._applied is not None and self._applied[0]:
                 log.warning("quarantine lifted", extra={"node": self._node})
             self._failed_since = None
@@ -323,35 +399,67 @@ class NodeHygiene:
         self._capped_retry_at = self._clock() + CAPPED_RETRY_S
         self._applied = state
 
-    def _write_taint(self, key: str, taint: dict[str, str] | None) -> None:
+    def _write_node(self, key: str | None, taint: dict[str, str] | None, record: str | None) -> None:
+        """kubegpu's taint under ``key`` (``taint``, or none) and the durable record (``record``; None:
+        no failed GPU, written as an empty record when the node carries one), in one merge patch
+        guarded by ``resourceVersion``. A taint kubegpu wrote under another key (a reload changed
+        ``taintKey``, or quarantine is off: ``key`` None) is removed if it is still exactly as written;
+        a taint of someone else under that key stays."""
         for _ in range(5):
             node = self._api.get_node(self._node)
             if node is None:
                 raise ApiServerError(f"node {self._node} does not exist", status=404)
-            new = taints_with(node.get("spec", {}).get("taints", []) or [], key=key, desired=taint)
-            if new is None:
-                return
-            rv = node.get("metadata", {}).get("resourceVersion")
+            current = [dict(t) for t in node.get("spec", {}).get("taints", []) or []]
+            stale = self._ours if self._ours is not None and self._ours[0] != key else None
+            kept = [t for t in current if stale is None or not _is_taint(t, stale)]
+            taints = taints_with(kept, key=key, desired=taint) if key is not None else None
+            if taints is None and len(kept) != len(current):
+                taints = kept
+            notes = node.get("metadata", {}).get("annotations", {}) or {}
+            note = record if record is not None else (_EMPTY_RECORD if RECORD_ANNOTATION in notes else None)
+            if note is not None and notes.get(RECORD_ANNOTATION) == note:
+                note = None
+            if taints is None and note is None:
+                break
+            meta: dict[str, object] = {"resourceVersion": node.get("metadata", {}).get("resourceVersion")}
+            patch: dict[str, object] = {"metadata": meta}
+            if note is not None:
+                meta["annotations"] = {RECORD_ANNOTATION: note}
+            if taints is not None:
+                patch["spec"] = {"taints": taints}
             try:
-                self._api.merge_patch_node(
-                    self._node,
-                    {"metadata": {"resourceVersion": rv}, "spec": {"taints": new}},
-                    field_manager=QUARANTINE_FIELD_MANAGER,
-                )
+                self._api.merge_patch_node(self._node, patch, field_manager=QUARANTINE_FIELD_MANAGER)
             except ApiServerError as exc:
                 if exc.status == 409:
                     continue  # the node changed since it was read (kubelet's status, a user's taint)
                 raise
-            return
-        raise ApiServerError(f"node {self._node}: taints still contended after 5 attempts", status=409)
+            if stale is not None and len(kept) != len(current):
+                log.info(
+                    "kubegpu's taint under an old key removed",
+                    extra={"node": self._node, "taint": "{}={}:{}".format(*stale)},
+                )
+            break
+        else:
+            raise ApiServerError(f"node {self._node}: taints still contended after 5 attempts", status=409)
+        self._ours = None if taint is None else (taint["key"], taint.get("value", ""), taint["effect"])
 
-    def _write_condition(self, condition: dict[str, str] | None, *, capped: bool) -> None:
+    def _clean_up(self) -> None:
+        """Quarantine was turned off: remove kubegpu's taint and condition, mark the record empty
+        (the Lease is given back by the pass, from ``_retiring``)."""
+        self._write_node(None, None, None)
+        self._write_condition(None)
+        self._evictor.clear()
+        self._failed_since, self._capped = None, False
+        with self._lock:
+            if self._q is None:
+                self._cleanup = False
+        log.warning("quarantine off: kubegpu's taint and condition removed", extra={"node": self._node})
+
+    def _write_condition(self, condition: dict[str, str] | None) -> None:
         patch: dict[str, object] = {}
         if condition is not None:
             now = dt.datetime.fromtimestamp(self._wall(), tz=dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
             cond = dict(condition)
-            if capped:
-                cond["message"] = ("quarantine withheld (fleet cap reached): " + cond["message"])[:1024]
             cond |= {"lastHeartbeatTime": now, "lastTransitionTime": now}
             patch = {"status": {"conditions": [cond]}}
         # Without a condition the apply owns nothing: the API server removes the one applied before.

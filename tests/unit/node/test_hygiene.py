@@ -89,7 +89,14 @@ class FakeApi:
         node = self.nodes[name]
         if patch["metadata"]["resourceVersion"] != node["metadata"]["resourceVersion"]:
             raise ApiServerError("conflict", status=409)
-        node["spec"]["taints"] = patch["spec"]["taints"]
+        if "taints" in patch.get("spec", {}):
+            node["spec"]["taints"] = patch["spec"]["taints"]
+        notes = node["metadata"].setdefault("annotations", {})
+        for key, value in patch["metadata"].get("annotations", {}).items():
+            if value is None:
+                notes.pop(key, None)  # merge patch: null removes the key
+            else:
+                notes[key] = value
         self._bump(name)
 
     def get_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
