@@ -96,6 +96,7 @@ log = logging.getLogger(__name__)
 
 DEFAULT_DEVICE_PLUGIN_DIR = Path("/var/lib/kubelet/device-plugins")
 KUBELET_SOCKET_NAME = "kubelet.sock"
+KUBELET_MISSING_EVERY_S = 60.0  # how often a missing kubelet.sock is said again
 SIM_TOOLS_DIR = "kubegpu-sim"  # under the plugin dir: the simulated nvidia-smi
 STATE_DIR = "kubegpu-state"  # under the plugin dir: the share hand-outs (kubegpu.fractional)
 INIT_RETRY_S = 30.0  # NVIDIA's plugin retries a failed start after 30 s
@@ -173,6 +174,8 @@ class Agent:
         self._hygiene: NodeHygiene | None = None
         self._mig: MigManager | None = None
         self._reload_lock = threading.Lock()  # a config reload and a MIG repartition never interleave
+        # when kubelet's registration socket was last said to be missing (None: present, or not waited on)
+        self._kubelet_missing_told: float | None = None
         self._label_timestamp = int(time.time())  # GFD's gfd.timestamp: once per (re)start
         self._driver: DriverVersions | None = None
         self._shares: ShareBroker | None = None
@@ -655,10 +658,11 @@ class Agent:
         if self._stop.is_set():
             return False, {"reason": "stopping", "resources": resources}
         if waiting:
-            return False, {
-                "reason": f"not serving or not registered: {', '.join(waiting)}",
-                "resources": resources,
-            }
+            reason = f"not serving or not registered: {', '.join(waiting)}"
+            kubelet = self.options.kubelet_socket_path
+            if kubelet is not None and socket_identity(kubelet) is None:
+                reason += f" (no kubelet registration socket at {kubelet})"
+            return False, {"reason": reason, "resources": resources}
         return True, {"resources": resources}
 
     def apply_event(self, observed: GpuEvent) -> None:
@@ -737,6 +741,28 @@ class Agent:
             backoff.reset()
             delay = self.options.watch_interval_s
 
+    def _tell_kubelet_missing(
+        self, kubelet: Path | None, identity: SocketIdentity | None, now: float
+    ) -> None:
+        """Say that the agent waits for kubelet's socket (at once, then every ``KUBELET_MISSING_EVERY_S``),
+        and when it appears: a wrong ``--device-plugin-dir`` otherwise looks like a healthy agent."""
+        waiting = kubelet is not None and any(s.registered_with is None for s in self._slots)
+        if identity is not None or not waiting:
+            if self._kubelet_missing_told is not None and identity is not None:
+                log.info(
+                    "kubelet's registration socket appeared; registering", extra={"socket": str(kubelet)}
+                )
+            self._kubelet_missing_told = None
+            return
+        told = self._kubelet_missing_told
+        if told is None or now - told >= KUBELET_MISSING_EVERY_S:
+            log.warning(
+                "waiting for kubelet's registration socket; the resources are served but kubelet does not "
+                "know them yet (is --device-plugin-dir kubelet's <root-dir>/device-plugins?)",
+                extra={"socket": str(kubelet)},
+            )
+            self._kubelet_missing_told = now
+
     def _tick(self, kubelet: Path | None) -> None:
         with self._lock:
             if self._stop.is_set():
@@ -763,6 +789,7 @@ class Agent:
                 if identity is None:
                     continue  # kubelet absent: register as soon as its socket appears
                 due.append(slot)
+            self._tell_kubelet_missing(kubelet, identity, now)
         # Register outside the lock: a kubelet that hangs must delay neither reload() nor stop().
         for slot in due:
             if kubelet is None or self._stop.is_set():

@@ -46,12 +46,19 @@ def test_agent_serves_before_registering_and_advertises_every_gpu_healthy_with_n
 
 def test_agent_retries_until_kubelet_appears(plugin_dir: Path, start_agent) -> None:
     agent = start_agent("--node-spec", "builtin:seed-8gpu")
-    time.sleep(1.0)  # kubelet absent: the agent keeps serving and retrying
+    # kubelet absent: the agent keeps serving and retrying, and says what it waits for (a wrong
+    # --device-plugin-dir used to look like a healthy agent that only said "serving")
+    deadline = time.monotonic() + 20
+    while "waiting for kubelet's registration socket" not in agent.log and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert "waiting for kubelet's registration socket" in agent.log, agent.log
+    assert str(plugin_dir / "kubelet.sock") in agent.log
     assert agent.proc.poll() is None, agent.log
     double = KubeletDouble(plugin_dir)
     double.start()
     try:
         assert double.wait_for(lambda: double.allocatable(GPU) == 8, 20), agent.log
+        assert "kubelet's registration socket appeared" in agent.log
     finally:
         double.stop()
 
