@@ -257,7 +257,8 @@ def register(app: typer.Typer) -> None:
             typer.Option(
                 "--node-level",
                 help="Hold each node, not only each node class, to its own cores: whole nodes as the "
-                "LP's columns (tighter where a node's CPU binds; about a minute per seed on 1,213 nodes).",
+                "LP's columns (tighter where a node's CPU binds; one to three minutes per seed on 1,213 "
+                "nodes, a line every 10 s while it solves).",
             ),
         ] = False,
         second_pivot: Annotated[
@@ -265,7 +266,8 @@ def register(app: typer.Typer) -> None:
             typer.Option(
                 "--second-pivot",
                 help="The online bound (implies --online) tightened by a second pivot: each other share "
-                "with 2 % of the GPU demand is tried jointly with the first (about a minute per seed). "
+                "with 2 % of the GPU demand is tried jointly with the first (one to three minutes per "
+                "seed). "
                 "The same as --pivots 2.",
             ),
         ] = False,

@@ -285,15 +285,45 @@ def check_inflate(inflate: float) -> None:
     check(inflate)
 
 
+HEARTBEAT_S = 10.0  # how often a bound still solving says so
+
+
+def _say(text: str) -> None:
+    print(text, file=sys.stderr)
+
+
 def _per_seed(
-    solve: Any, line: Any, workload: Any, seeds: tuple[int, ...], inflate: float, *, quiet: bool
+    solve: Any,
+    line: Any,
+    workload: Any,
+    seeds: tuple[int, ...],
+    inflate: float,
+    *,
+    quiet: bool,
+    say: Any = _say,
 ) -> list[Any]:
-    """``solve(workload, seed, inflate=...)`` per seed, with ``line(result)`` on stderr after each."""
+    """``solve(workload, seed, inflate=...)`` per seed, with ``line(result)`` on stderr after each and,
+    while one runs, a line every ``HEARTBEAT_S`` seconds (a node-level or second-pivot solve takes
+    minutes, and silence looks like a hang)."""
+    import threading
+    import time
+
+    def beat(seed: int, i: int, done: threading.Event) -> None:
+        started = time.monotonic()
+        while not done.wait(HEARTBEAT_S):
+            say(f"bound seed {seed} ({i}/{len(seeds)}): solving, {time.monotonic() - started:.0f} s so far")
+
     out = []
     for i, seed in enumerate(seeds, 1):
-        result = solve(workload, seed, inflate=inflate)
+        done = threading.Event()
         if not quiet:
-            print(f"bound seed {seed} ({i}/{len(seeds)}): {line(result)}", file=sys.stderr)
+            threading.Thread(target=beat, args=(seed, i, done), name="bound-heartbeat", daemon=True).start()
+        try:
+            result = solve(workload, seed, inflate=inflate)
+        finally:
+            done.set()
+        if not quiet:
+            say(f"bound seed {seed} ({i}/{len(seeds)}): {line(result)}")
         out.append(result)
     return out
 
