@@ -201,6 +201,8 @@ def main() -> int:
                     str(args.data / PODS),
                     "--log-level",
                     "warning",
+                    "--scheduler-name",  # the extender binds only pods of the schedulers it serves
+                    kind,
                 )
                 extender.start()
             try:

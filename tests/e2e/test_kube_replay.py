@@ -118,7 +118,9 @@ def test_the_extender_in_kube_scheduler_places_every_pod_where_the_sim_does(
     api = KubeApi(kubeconfig=str(kwok.paths.kubeconfig))
     engine = KubeReplay(api, trace, workload, say=lambda line: say(request.config, line))
     ext = ExtenderProcess(
-        kwok.paths.kubeconfig, tmp_path / "extender.log", "--policy", "kubegpu", "--workload", str(pods_csv)
+        kwok.paths.kubeconfig,
+        tmp_path / "extender.log",
+        *("--policy", "kubegpu", "--workload", str(pods_csv), "--scheduler-name", SCHEDULER),
     )
     namespace = cluster.namespace("replay")
     t0 = time.monotonic()

@@ -54,6 +54,15 @@ def register(app: typer.Typer) -> None:
             float,
             typer.Option("--reservation-ttl", help="Seconds a filter's choice waits for its bind.", min=1.0),
         ] = 30.0,
+        scheduler_name: Annotated[
+            list[str] | None,
+            typer.Option(
+                "--scheduler-name",
+                metavar="NAME",
+                help="A spec.schedulerName whose pods bind may bind (repeat for several profiles); "
+                "default: kubegpu, the chart's profile.",
+            ),
+        ] = None,
         log_level: Annotated[
             str, typer.Option("--log-level", help="debug, info, warning or error.")
         ] = "info",
@@ -61,6 +70,7 @@ def register(app: typer.Typer) -> None:
         """Run the kube-scheduler extender: per-GPU accounting from the API server, GPU shares
         (kubegpu.io/gpu-milli), and the placement policy of `kubegpu sim`."""
         from kubegpu.cli.logs import check_log_level
+        from kubegpu.errors import InputError
         from kubegpu.extender.cluster import ApiBinder, ClusterSync
         from kubegpu.extender.handlers import Extender
         from kubegpu.extender.ledger import Ledger
@@ -83,15 +93,16 @@ def register(app: typer.Typer) -> None:
         plan_note = ""
         if placer.name == Policy.KUBEGPU_PLAN.value:  # its plan (an LP) now, not at the first pod
             plan_note = f" (plan: {value_plan_of(typical).summary()})"
+        names = [n.strip() for n in scheduler_name or ["kubegpu"]]
+        if not all(names):
+            raise InputError("--scheduler-name: a scheduler name cannot be empty")
         api = KubeApi(kubeconfig=kubeconfig)
         ledger = Ledger(policy=placer, typical=typical, reservation_ttl_s=reservation_ttl)
-        front = Extender(ledger, ApiBinder(api), ready=False)
-
-        def synced() -> None:
-            ledger.warm_up()
-            front.ready = True
-
-        sync = ClusterSync(api, ledger, on_synced=synced)
+        sync = ClusterSync(api, ledger, on_synced=ledger.warm_up)
+        # ready: both first lists in and both watches current; alive: both watch threads run
+        front = Extender(
+            ledger, ApiBinder(api), readiness=sync.ready, liveness=sync.alive, scheduler_names=names
+        )
         server = ExtenderServer(front, listen)
         server.start()
         sync.start()

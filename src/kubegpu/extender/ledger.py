@@ -12,6 +12,8 @@ A pod's claim on a node is a ``Holding``:
   filter (kube-scheduler filters pod B while pod A still binds) cannot take them again. A
   reservation no bind confirms within ``reservation_ttl_s`` is given back.
 * ``BINDING`` -- the bind is writing the Binding; it does not expire.
+* ``UNCERTAIN`` -- the Binding's write failed with no known outcome (5xx, timeout): it may land
+  later, so the GPUs stay taken until the pod is seen bound or gone (``end_bind``, ``settle``).
 * ``BOUND`` -- the API server shows the pod on the node (from a watch or a list).
 
 Every method holds one lock, so concurrent filters and binds see one sequence of decisions and a
@@ -19,8 +21,14 @@ GPU's milli is never promised twice. A pod deleted or finished (``Succeeded``/``
 share back. Pods bound by another scheduler are accounted too (their CPU and memory; their GPUs,
 which nobody recorded, as the lowest-index GPUs with room, and logged).
 
-The accounting depends only on the nodes and the pods' holdings, so a restarted extender that
-lists the same objects has the same state (``snapshot``).
+A pod's recorded GPUs (its annotation) count only if they fit the node and the pod's own ask (its
+node, one distinct GPU per GPU asked, each on the node, the ask's milli); otherwise the pod counts as
+if nobody had recorded them: never less than it asks. Guesses are made against the state when it is
+built (after every recorded GPU, in uid order) and again whenever a node changes, so the accounting
+depends only on the nodes and the pods' holdings, not on the order they arrived in: a restarted
+extender that lists the same objects has the same state (``snapshot``). A change that fails half-way
+drops the state, rebuilt from the nodes and holdings on the next read; a holding the state cannot
+take is refused alone.
 """
 
 from __future__ import annotations
@@ -29,7 +37,8 @@ import logging
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any
@@ -37,11 +46,11 @@ from typing import Any
 import numpy as np
 
 from kubegpu.errors import PlacementError
-from kubegpu.extender.ask import Ask, ask_of
+from kubegpu.extender.ask import MAX_GPUS_PER_POD, Ask, ask_of
 from kubegpu.extender.assignment import Assignment, assignment_of
 from kubegpu.extender.node import GpuNode
 from kubegpu.sim.policy import ClusterState, Order, Placement, PlacementPolicy, Selector, TieMode
-from kubegpu.sim.scoring import MILLI, TypicalShapes
+from kubegpu.sim.scoring import MILLI, PodRequest, TypicalShapes
 
 __all__ = ["Decision", "HoldKind", "Holding", "Ledger", "NodeUse"]
 
@@ -53,20 +62,31 @@ TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
 class HoldKind(StrEnum):
     RESERVED = "reserved"
     BINDING = "binding"
+    UNCERTAIN = "uncertain"  # the Binding's write failed ambiguously (5xx, timeout): it may yet land
     BOUND = "bound"
+
+
+OWN_KINDS = frozenset({HoldKind.RESERVED, HoldKind.BINDING, HoldKind.UNCERTAIN})  # made by our filter
 
 
 @dataclass(frozen=True, kw_only=True)
 class Holding:
-    """What one pod takes on one node: its ask and the GPU indices (``ask.gpu_milli`` of each)."""
+    """What one pod takes on one node: its ask and the GPUs claimed for it (``ask.gpu_milli`` each).
+
+    ``claim`` is the assignment this extender's filter chose (``RESERVED``, ``BINDING``,
+    ``UNCERTAIN``) or the one the pod's annotation records (``BOUND``); ``None`` when nobody recorded
+    one (another scheduler bound the pod). A claim is checked against the node whenever it is counted
+    (``Ledger._valid_gpus``); one that does not fit is counted as a guess, never as less.
+    """
 
     uid: str
     pod: str  # namespace/name, for messages
     node: str
     ask: Ask
-    gpus: tuple[int, ...]
+    claim: Assignment | None
     kind: HoldKind
     expires_s: float = float("inf")  # monotonic deadline of a reservation
+    unsure_s: float = 0.0  # monotonic time the bind's outcome became unknown (UNCERTAIN)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -92,13 +112,20 @@ class NodeUse:
     memory_left_mib: int
 
 
-def _uid(pod: Mapping[str, Any]) -> str:
-    return str((pod.get("metadata") or {}).get("uid", ""))
+def _field(obj: object, key: str) -> Mapping[str, Any]:
+    """``obj[key]`` when both are JSON objects, else ``{}`` (hostile objects have any shape)."""
+    value = obj.get(key) if isinstance(obj, Mapping) else None
+    return value if isinstance(value, Mapping) else {}
 
 
-def _pod_name(pod: Mapping[str, Any]) -> str:
-    meta = pod.get("metadata") or {}
-    return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
+def _uid(pod: object) -> str:
+    uid = _field(pod, "metadata").get("uid")
+    return uid if isinstance(uid, str) else ""
+
+
+def _pod_name(pod: object) -> str:
+    meta = _field(pod, "metadata")
+    return f"{str(meta.get('namespace', ''))[:253]}/{str(meta.get('name', ''))[:253]}"
 
 
 SCORE_CACHE_SHAPES = 256  # distinct ask shapes whose scores are kept
@@ -137,7 +164,9 @@ class Ledger:
         self._next_expiry_s = float("inf")  # no reservation lapses before this (scans are skipped)
         self._state: ClusterState | None = None
         self._rows: dict[str, int] = {}
-        self._applied: set[str] = set()  # holdings bound into the current state
+        # holdings bound into the current state, with exactly what was bound (unbound the same way)
+        self._applied: dict[str, tuple[Placement, PodRequest]] = {}
+        self._guessed: set[str] = set()  # pods whose GPUs are counted as a guess (logged once each)
         self._order_key: np.ndarray | None = None
         # scores per ask shape for every row, rescored only where a row changed since (as the replay does)
         self._scores: OrderedDict[tuple[int, int, int, int], _ScoreCache] = OrderedDict()
@@ -145,6 +174,17 @@ class Ledger:
         self._changed = np.zeros(0, dtype=np.int64)
         self._tie_rng = np.random.default_rng([seed, 0])
         self._policy_rng = np.random.default_rng([seed, 1])
+
+    @contextmanager
+    def _mutating(self) -> Iterator[None]:
+        """The lock, and should anything fail half-way, the cached state is dropped: it is rebuilt
+        from the nodes and holdings (``_build``) on the next read, so no half-applied change stays."""
+        with self._lock:
+            try:
+                yield
+            except BaseException:
+                self._state = None
+                raise
 
     # -- the cluster state -------------------------------------------------------------------------
 
@@ -161,30 +201,81 @@ class Ledger:
             typical=self._typical,
             width=width,
         )
-        self._state, self._rows, self._applied = state, {n: i for i, n in enumerate(names)}, set()
+        self._state, self._rows, self._applied = state, {n: i for i, n in enumerate(names)}, {}
         self._order_key = state.crc_key() if self.policy.default_order is Order.CRC else None
         self._scores.clear()
         self._version, self._changed = 0, np.zeros(len(names), dtype=np.int64)
-        for holding in sorted(self._holdings.values(), key=lambda h: h.uid):
-            self._apply(holding)
+        # recorded GPUs first, then the guesses (lowest GPUs with room after every recorded one), each
+        # in uid order: the same state whatever order the nodes and pods arrived in
+        ordered = sorted(self._holdings.values(), key=lambda h: h.uid)
+        recorded = [h for h in ordered if not h.ask.num_gpu or self._valid_gpus(h) is not None]
+        known = {h.uid for h in recorded}
+        for holding in recorded + [h for h in ordered if h.uid not in known]:
+            try:
+                self._apply(holding)
+            except Exception:  # a holding the state cannot take is refused alone, not the whole ledger
+                log.exception("pod cannot be counted; left out: %s on %s", holding.pod, holding.node)
+                self._holdings.pop(holding.uid, None)
         return state
 
     def _current(self) -> ClusterState:
         return self._state if self._state is not None else self._build()
 
+    def _valid_gpus(self, holding: Holding) -> tuple[int, ...] | None:
+        """The claimed GPUs as indices on the holding's node, if the claim fits the node and the pod's
+        own ask: its node, one distinct GPU per GPU asked, each on the node, the ask's milli."""
+        claim, info = holding.claim, self._nodes.get(holding.node)
+        if claim is None or info is None or claim.node != holding.node:
+            return None
+        if claim.milli != holding.ask.gpu_milli:
+            return None
+        gpus = claim.gpus
+        if claim.uuids and info.uuids:
+            index = {u: i for i, u in enumerate(info.uuids)}
+            if all(u in index for u in claim.uuids):
+                gpus = tuple(index[u] for u in claim.uuids)
+        if len(gpus) != holding.ask.num_gpu or len(set(gpus)) != len(gpus):
+            return None
+        if not all(0 <= g < info.gpu_count for g in gpus):
+            return None
+        return gpus
+
+    def _guess_gpus(self, row: int, holding: Holding) -> tuple[int, ...]:
+        """GPUs of a pod whose claim is missing or does not fit: the lowest-index ones with room now,
+        then those with the most left (every GPU of the node when it has fewer than the pod asks)."""
+        assert self._state is not None
+        count = self._nodes[holding.node].gpu_count
+        free = self._state.rows().free[row][:count]
+        ask = holding.ask
+        need = ask.gpu_milli if ask.num_gpu == 1 and ask.gpu_milli < MILLI else MILLI
+        room = [g for g in range(count) if free[g] >= need]
+        rest = sorted((g for g in range(count) if free[g] < need), key=lambda g: (-free[g], g))
+        chosen = tuple((room + rest)[: ask.num_gpu])
+        if holding.uid not in self._guessed:
+            self._guessed.add(holding.uid)
+            why = "a GPU assignment that does not fit the node" if holding.claim else "no kubegpu assignment"
+            log.warning(
+                "pod bound with %s; counting GPUs %s: %s on %s", why, list(chosen), holding.pod, holding.node
+            )
+        return chosen
+
     def _placement(self, holding: Holding) -> Placement | None:
         row = self._rows.get(holding.node)
         if row is None:
-            return None
-        count = self._nodes[holding.node].gpu_count
-        if any(g >= count for g in holding.gpus) or len(holding.gpus) != holding.ask.num_gpu:
-            log.warning(
-                "pod's GPUs are not on its node; its GPUs are not counted: %s on %s",
-                holding.pod,
-                holding.node,
-            )
+            return None  # counted once its node is known (the state is rebuilt then)
+        if not holding.ask.num_gpu:
             return Placement(node=row, gpus=(), milli=0)
-        return Placement(node=row, gpus=holding.gpus, milli=holding.ask.gpu_milli)
+        gpus = self._valid_gpus(holding)
+        if gpus is None:
+            gpus = self._guess_gpus(row, holding)
+        return Placement(node=row, gpus=gpus, milli=holding.ask.gpu_milli)
+
+    def _request(self, ask: Ask, placement: Placement) -> PodRequest:
+        """The ask as the simulator's state takes it: its GPU class column is at most ``MAX_GPUS_PER_POD``
+        (the GPUs themselves are the placement's); no GPUs when the node has none to count."""
+        if not placement.gpus:
+            return replace(ask, num_gpu=0, gpu_milli=0).request(self._n_models)
+        return replace(ask, num_gpu=min(ask.num_gpu, MAX_GPUS_PER_POD)).request(self._n_models)
 
     def _apply(self, holding: Holding) -> None:
         if self._state is None:
@@ -192,33 +283,22 @@ class Ledger:
         placement = self._placement(holding)
         if placement is None:
             return
-        ask = (
-            holding.ask
-            if placement.gpus or not holding.ask.num_gpu
-            else replace(holding.ask, num_gpu=0, gpu_milli=0)
-        )
-        free = self._state.nodes.gpu_free_milli[placement.node]
-        if placement.gpus and (free[list(placement.gpus)] < placement.milli).any():
+        request = self._request(holding.ask, placement)
+        free = self._state.rows().free[placement.node]
+        if any(free[g] < placement.milli for g in placement.gpus):
             log.warning(
                 "GPU over-committed (the API shows more than it holds): %s on %s", holding.pod, holding.node
             )
-        self._state.bind(placement, ask.request(self._n_models))
+        self._state.bind(placement, request)
         self._touch(placement.node)
-        self._applied.add(holding.uid)
+        self._applied[holding.uid] = (placement, request)
 
     def _unapply(self, holding: Holding) -> None:
-        if self._state is None or holding.uid not in self._applied:
+        applied = self._applied.pop(holding.uid, None)
+        if self._state is None or applied is None:
             return
-        placement = self._placement(holding)
-        if placement is not None:
-            ask = (
-                holding.ask
-                if placement.gpus or not holding.ask.num_gpu
-                else replace(holding.ask, num_gpu=0, gpu_milli=0)
-            )
-            self._state.unbind(placement, ask.request(self._n_models))
-            self._touch(placement.node)
-        self._applied.discard(holding.uid)
+        self._state.unbind(*applied)
+        self._touch(applied[0].node)
 
     def _touch(self, row: int) -> None:
         self._version += 1
@@ -255,6 +335,7 @@ class Ledger:
 
     def _drop(self, uid: str) -> Holding | None:
         old = self._holdings.pop(uid, None)
+        self._guessed.discard(uid)
         if old is not None:
             self._unapply(old)
         return old
@@ -272,18 +353,18 @@ class Ledger:
     # -- nodes -------------------------------------------------------------------------------------
 
     def upsert_node(self, node: GpuNode) -> None:
-        with self._lock:
+        with self._mutating():
             if self._nodes.get(node.name) != node:
                 self._nodes[node.name] = node
                 self._state = None
 
     def remove_node(self, name: str) -> None:
-        with self._lock:
+        with self._mutating():
             if self._nodes.pop(name, None) is not None:
                 self._state = None
 
     def replace_nodes(self, nodes: Iterable[GpuNode]) -> None:
-        with self._lock:
+        with self._mutating():
             fresh = {n.name: n for n in nodes}
             if fresh != self._nodes:
                 self._nodes, self._state = fresh, None
@@ -291,95 +372,98 @@ class Ledger:
     # -- pods as the API server reports them -------------------------------------------------------
 
     def observe_pod(self, pod: Mapping[str, Any]) -> None:
-        """A pod listed or watched: account it where the API says it is (nothing if not bound)."""
+        """A pod listed or watched: account it where the API says it is (nothing if not bound). A pod
+        whose resources cannot be read is left out (logged); its earlier holding is dropped."""
+        with self._mutating():
+            self._observe(pod)
+
+    def _observe(self, pod: Mapping[str, Any]) -> None:
         uid = _uid(pod)
         if not uid:
             return
-        with self._lock:
-            phase = str((pod.get("status") or {}).get("phase", ""))
-            node = str((pod.get("spec") or {}).get("nodeName") or "")
-            if phase in TERMINAL_PHASES:
-                self._drop(uid)
-                return
-            if not node:
-                return  # pending: only a reservation of ours (if any) holds anything for it
-            old = self._holdings.get(uid)
-            if old is not None and old.node == node:
-                if old.kind is not HoldKind.BOUND:
-                    self._holdings[uid] = replace(old, kind=HoldKind.BOUND, expires_s=float("inf"))
-                return
-            try:
-                ask = ask_of(pod)
-            except PlacementError as exc:
-                log.warning("pod's resources unreadable; not counted: %s: %s", _pod_name(pod), exc)
-                self._drop(uid)
-                return
-            self._put(
-                Holding(
-                    uid=uid,
-                    pod=_pod_name(pod),
-                    node=node,
-                    ask=ask,
-                    gpus=self._recorded_gpus(pod, node, ask),
-                    kind=HoldKind.BOUND,
-                )
-            )
-
-    def _recorded_gpus(self, pod: Mapping[str, Any], node: str, ask: Ask) -> tuple[int, ...]:
-        if not ask.num_gpu:
-            return ()
+        phase = _field(pod, "status").get("phase")
+        node = _field(pod, "spec").get("nodeName")
+        node = node if isinstance(node, str) else ""
+        if phase in TERMINAL_PHASES:
+            self._drop(uid)
+            return
+        if not node:
+            return  # pending: only a reservation of ours (if any) holds anything for it
+        old = self._holdings.get(uid)
+        if old is not None and old.node == node and old.kind in OWN_KINDS:
+            # our bind landed: the GPUs our filter chose stay (the annotation is what we wrote)
+            self._holdings[uid] = replace(old, kind=HoldKind.BOUND, expires_s=float("inf"))
+            return
         try:
-            recorded = assignment_of(pod)
+            ask = ask_of(pod, bound=True)
         except PlacementError as exc:
-            log.warning("unreadable GPU assignment on %s: %s", _pod_name(pod), exc)
-            recorded = None
-        info = self._nodes.get(node)
-        if recorded is not None and recorded.node == node:
-            if recorded.uuids and info is not None and info.uuids:
-                index = {u: i for i, u in enumerate(info.uuids)}
-                if all(u in index for u in recorded.uuids):
-                    return tuple(index[u] for u in recorded.uuids)
-            return recorded.gpus
-        return self._guess(pod, node, ask)
-
-    def _guess(self, pod: Mapping[str, Any], node: str, ask: Ask) -> tuple[int, ...]:
-        """GPUs of a pod nobody recorded (another scheduler bound it): the lowest-index ones with room."""
-        state = self._current()
-        row = self._rows.get(node)
-        if row is None:
-            return tuple(range(ask.num_gpu))
-        count = self._nodes[node].gpu_count
-        free = state.nodes.gpu_free_milli[row, :count]
-        need = ask.gpu_milli if ask.num_gpu == 1 and ask.gpu_milli < MILLI else MILLI
-        room = [int(g) for g in np.flatnonzero(free >= need)]
-        chosen = (room + [g for g in range(count) if g not in room])[: ask.num_gpu]
-        log.warning(
-            "pod bound without a kubegpu assignment; assuming GPUs %s: %s on %s", chosen, _pod_name(pod), node
-        )
-        return tuple(chosen)
+            log.warning("pod's resources unreadable; not counted: %s: %s", _pod_name(pod), exc)
+            self._drop(uid)
+            return
+        claim: Assignment | None = None
+        if ask.num_gpu:
+            try:
+                claim = assignment_of(pod)
+            except PlacementError as exc:
+                log.warning("unreadable GPU assignment on %s: %s", _pod_name(pod), exc)
+        holding = Holding(uid=uid, pod=_pod_name(pod), node=node, ask=ask, claim=claim, kind=HoldKind.BOUND)
+        if (
+            old is not None
+            and old.kind is HoldKind.BOUND
+            and (old.node, old.ask, old.claim)
+            == (
+                node,
+                ask,
+                claim,
+            )
+        ):
+            return  # nothing changed (a status update)
+        self._put(holding)
 
     def remove_pod(self, uid: str) -> None:
         """A pod deleted: its share is free again."""
-        with self._lock:
+        with self._mutating():
             self._drop(uid)
 
     def replace_pods(self, pods: Iterable[Mapping[str, Any]]) -> None:
-        """A full list: pods no longer there are forgotten (our own reservations are kept)."""
-        with self._lock:
+        """A full list: pods no longer there are forgotten (our reservations are kept; a bind whose
+        outcome was unknown is resolved: the pod is bound, or gone). The state is rebuilt after, so
+        that guessed GPUs come after every recorded one whatever the list's order."""
+        with self._mutating():
             pods = list(pods)
             present = {_uid(p) for p in pods}
             for uid, h in list(self._holdings.items()):
-                if uid not in present and h.kind is HoldKind.BOUND:
+                if uid not in present and h.kind in (HoldKind.BOUND, HoldKind.UNCERTAIN):
                     self._drop(uid)
+            self._state = None
             for p in pods:
-                self.observe_pod(p)
+                try:
+                    self._observe(p)
+                except Exception:  # one object the ledger cannot take is refused alone
+                    log.exception("pod cannot be counted; left out: %s", _pod_name(p))
+                    self._drop(_uid(p))
+
+    def settle(self, pod: Mapping[str, Any]) -> None:
+        """``pod`` as just read from the API: a bind of it whose outcome was unknown is resolved. Bound:
+        counted where it is. Not bound ``reservation_ttl_s`` after the failed write: the write did not
+        land (the API server gives up on a write long before), and its GPUs are given back."""
+        uid = _uid(pod)
+        with self._mutating():
+            h = self._holdings.get(uid)
+            if h is None or h.kind is not HoldKind.UNCERTAIN:
+                return
+            if _field(pod, "spec").get("nodeName"):
+                self._observe(pod)
+            elif self._clock() >= h.unsure_s + self._ttl_s:
+                log.info("bind did not land; GPUs given back: %s on %s", h.pod, h.node)
+                self._drop(uid)
 
     # -- decisions ---------------------------------------------------------------------------------
 
     def decide(self, pod: Mapping[str, Any], candidates: Sequence[str]) -> Decision:
         """The filter: choose a node among ``candidates`` and GPUs on it, and reserve them."""
         uid = _uid(pod)
-        with self._lock:
+        with self._mutating():
             self._expire()
             old = self._holdings.get(uid)
             if old is not None and old.kind is not HoldKind.RESERVED:  # bound, or its bind in flight
@@ -390,6 +474,8 @@ class Ledger:
             if old is not None:
                 self._drop(uid)  # a new attempt: the earlier choice is void
             try:
+                if not uid:
+                    raise PlacementError("the pod has no metadata.uid")
                 ask = ask_of(pod)
             except PlacementError as exc:
                 reason = f"kubegpu: {exc}"
@@ -400,12 +486,19 @@ class Ledger:
             if choice.node is None:
                 return choice
             name, gpus = choice.node, choice.assignment.gpus if choice.assignment else ()
+            info = self._nodes[name]
+            claim = Assignment(
+                node=name,
+                gpus=gpus,
+                uuids=tuple(info.uuids[g] for g in gpus) if info.uuids else (),
+                milli=ask.gpu_milli,
+            )
             holding = Holding(
                 uid=uid,
                 pod=_pod_name(pod),
                 node=name,
                 ask=ask,
-                gpus=gpus,
+                claim=claim,
                 kind=HoldKind.RESERVED,
                 expires_s=self._clock() + self._ttl_s,
             )
@@ -487,32 +580,45 @@ class Ledger:
         return {names[int(r)]: reasons[int(c)] for r, c in zip(rows, code, strict=True)}
 
     def _assignment(self, holding: Holding) -> Assignment:
+        """The GPUs counted for ``holding`` (its claim, or the guess), by index and UUID."""
+        applied = self._applied.get(holding.uid)
+        claimed = holding.claim.gpus if holding.claim is not None else ()
+        gpus = applied[0].gpus if applied is not None else claimed
         info = self._nodes.get(holding.node)
-        uuids = tuple(info.uuids[g] for g in holding.gpus) if info is not None and info.uuids else ()
-        return Assignment(node=holding.node, gpus=holding.gpus, uuids=uuids, milli=holding.ask.gpu_milli)
+        ok = info is not None and info.uuids and all(g < len(info.uuids) for g in gpus)
+        uuids = tuple(info.uuids[g] for g in gpus) if ok and info is not None else ()
+        return Assignment(node=holding.node, gpus=gpus, uuids=uuids, milli=holding.ask.gpu_milli)
 
     def begin_bind(self, uid: str, node: str) -> Assignment | None:
-        """The bind starts: the pod's reservation on ``node`` stops expiring and its assignment is
-        returned; ``None`` when there is none (then ``decide(pod, [node])`` first)."""
-        with self._lock:
+        """The bind starts: the reservation this extender's filter made for the pod on ``node``
+        (``RESERVED``, or ``UNCERTAIN``: a bind tried before with no known outcome) stops expiring and
+        its assignment is returned. ``None`` when there is none: no filter of ours placed the pod
+        there, a bind of it is already in flight, it is bound, or its GPUs no longer fit the node."""
+        with self._mutating():
             self._expire()
             h = self._holdings.get(uid)
-            if h is None or h.node != node:
+            if h is None or h.node != node or h.kind not in (HoldKind.RESERVED, HoldKind.UNCERTAIN):
                 return None
-            if h.kind is HoldKind.RESERVED:
-                self._holdings[uid] = h = replace(h, kind=HoldKind.BINDING, expires_s=float("inf"))
+            if h.ask.num_gpu and self._valid_gpus(h) is None:
+                return None
+            self._holdings[uid] = h = replace(h, kind=HoldKind.BINDING, expires_s=float("inf"))
             return self._assignment(h)
 
-    def end_bind(self, uid: str, *, ok: bool) -> None:
-        """The Binding was written (``ok``) or refused: a refused bind gives the GPUs back."""
-        with self._lock:
+    def end_bind(self, uid: str, *, ok: bool, certain: bool = True) -> None:
+        """The Binding was written (``ok``), refused (``certain``: the GPUs are given back at once), or
+        its outcome is unknown (a 5xx or a timeout: the write may land later). Then the GPUs stay held
+        (``UNCERTAIN``) until the pod is seen bound (a watch event, ``settle``) or gone (deleted, or
+        missing from a list)."""
+        with self._mutating():
             h = self._holdings.get(uid)
             if h is None or h.kind is not HoldKind.BINDING:
                 return
             if ok:
                 self._holdings[uid] = replace(h, kind=HoldKind.BOUND)
-            else:
+            elif certain:
                 self._drop(uid)
+            else:
+                self._holdings[uid] = replace(h, kind=HoldKind.UNCERTAIN, unsure_s=self._clock())
 
     # -- reads -------------------------------------------------------------------------------------
 
