@@ -8,13 +8,23 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test check unit lint typecheck integration e2e bench proto clean
+.PHONY: demo test check unit lint typecheck integration e2e bench proto clean install-runtime
 
 $(STAMP): pyproject.toml
+	@echo "[setup] creating $(VENV) with kubegpu and its development tools (first time: a few minutes)"
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev]'
+	@echo "[setup] installing kubegpu and its test, lint and type-check tools into $(VENV)"
+	$(BIN)/pip install --quiet --progress-bar off -e '.[dev]'
 	touch $(STAMP)
+	@echo "[setup] done: $(BIN)/kubegpu"
+
+## kubegpu alone, without the development tools (for using it, not for working on it).
+install-runtime:
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install .
+	@echo "kubegpu installed: $(BIN)/kubegpu (make test needs the development tools: make check installs them)"
 
 ## Set up everything and run the main job on the embedded default.
 demo: $(STAMP)
