@@ -1,18 +1,18 @@
 """What each GPU holds at the end: the online bound's LP against one policy's replay.
 
-The online bound (``kubegpu.sim.online_bound``) is an LP over per-GPU configurations; where it has
-its value (``lp_at_bound``: the pivot interval, or with ``--pivots 2-5`` the joint box of the
-pivots), ``configuration_use`` says how many GPUs each configuration fills and ``placed_per_shape``
-how many pods of each shape it places. This script prints both beside one replay of the same
-arrivals, the rows that differ most first, and when each stops accepting the pivot (the LP: after
-its last placed pivot; the replay: its first refusal). On openb's sharing-heavy variants the
-difference is mostly GPUs that hold one 810-milli pod and nothing else (docs/benchmarks.md, "The
-bound given a policy's CPU-only pods"); against the five-pivot bound (``--pivots 5
---whole-pivots``, the tightest, 2-3 minutes a seed) the LP places every share but the 810s
-(docs/benchmarks.md, "Hindsight prices"). With ``--timeline`` it also prints how the replay filled
-the cluster (``kubegpu.sim.idle.fill_timeline``): at every 5 % of the arrivals, the GPUs no pod has
-touched, the GPUs holding a single share, and the pods refused so far (docs/benchmarks.md,
-"Opening GPUs for the shares to come"). Without the trace it prints why and exits 0.
+The online bound (``kubegpu.sim.online_bound``) is an LP over per-GPU configurations; where it has its value
+(``lp_at_bound``: the pivot interval, or with ``--pivots 2-5`` the joint box of the pivots),
+``configuration_use`` says how many GPUs each configuration fills and ``placed_per_shape`` how many pods of
+each shape it places. This script prints both beside one replay of the same arrivals, the rows that differ
+most first, and when each stops accepting the pivot (the LP: after its last placed pivot; the replay: its
+first refusal). On openb's sharing-heavy variants the difference is mostly GPUs that hold one 810-milli pod
+and nothing else (docs/research/placement-issue-30.md, "The bound given a policy's CPU-only pods"); against
+the five-pivot bound (``--pivots 5 --whole-pivots``, the tightest, 2-3 minutes a seed) the LP places every
+share but the 810s (docs/research/placement-issue-30.md, "Hindsight prices"). With ``--timeline`` it also
+prints how the replay filled the cluster (``kubegpu.sim.idle.fill_timeline``): at every 5 % of the arrivals,
+the GPUs no pod has touched, the GPUs holding a single share, and the pods refused so far
+(docs/research/placement-issue-30.md, "Opening GPUs for the shares to come"). Without the trace it prints
+why and exits 0.
 
     python bench/gpu_contents.py [--data DIR] [--variant gpushare100] [--seed 42]
         [--policy kubegpu-plan] [--top 12] [--pivots 1-5] [--whole-pivots] [--timeline]

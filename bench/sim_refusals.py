@@ -1,13 +1,13 @@
 """What each policy refuses at 130 % arrived, per kind of pod, and how early each kind is first refused.
 
-For each workload (the default trace or an FGD-artifact sharing variant, as in ``bench/sim_gap.py``)
-it replays each policy on the seeds and prints, per kind of pod (CPU-only, shares, whole-GPU pods by
-their GPU count; ``kubegpu.sim.idle.refused_by_kind``), the means over the seeds of: pods arrived
-and refused, the GPU they asked for as a share of the cluster's, and the share of the arrivals
-before the kind's first refusal (over the seeds that refused it at all). A k-GPU pod needs k free
-GPUs on one node, so once the untouched GPUs run out it is refused for good: the earlier a policy
-uses them up, the more GPU it gives up to multi-GPU pods (docs/benchmarks.md, "Multi-GPU pods when
-the untouched GPUs run out"). Without the trace it prints why and exits 0.
+For each workload (the default trace or an FGD-artifact sharing variant, as in ``bench/sim_gap.py``) it
+replays each policy on the seeds and prints, per kind of pod (CPU-only, shares, whole-GPU pods by their GPU
+count; ``kubegpu.sim.idle.refused_by_kind``), the means over the seeds of: pods arrived and refused, the GPU
+they asked for as a share of the cluster's, and the share of the arrivals before the kind's first refusal
+(over the seeds that refused it at all). A k-GPU pod needs k free GPUs on one node, so once the untouched
+GPUs run out it is refused for good: the earlier a policy uses them up, the more GPU it gives up to
+multi-GPU pods (docs/research/placement-issue-30.md, "Multi-GPU pods when the untouched GPUs run out").
+Without the trace it prints why and exits 0.
 
     python bench/sim_refusals.py [--data DIR] [--variants gpushare60,gpushare80] [--seeds 42-51]
         [--workers 2] [--policy fgd --policy kubegpu-plan ...]

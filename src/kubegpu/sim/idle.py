@@ -10,14 +10,13 @@ shapes (``Workload.typical``, FGD's target workload):
 * **fits a typical share** (``usable_milli``): some typical shape fits it whole (milli, model and
   CPU), but none arrived after the room opened (mostly the rarer small shares).
 
-``idle_by_class`` sums them per node class (GPUs and cores per node), beside each class's GPU and
-CPU use: the per-class bound (``kubegpu.sim.bound``) balances CPU over a class as a whole, a
-replay has to do it node by node (docs/benchmarks.md, "Where the rest of the gap is").
-
-The other side of the same loss is what the replay refused: ``refused_by_kind`` counts the refused
-pods per kind (CPU-only, shares, whole-GPU pods by their GPU count), their GPU as a share of the
-cluster's, and how far into the arrivals each kind was first refused (docs/benchmarks.md, "Multi-GPU
-pods when the untouched GPUs run out").
+``idle_by_class`` sums them per node class (GPUs and cores per node), beside each class's GPU and CPU use:
+the per-class bound (``kubegpu.sim.bound``) balances CPU over a class as a whole, a replay has to do it node
+by node (docs/research/placement-issue-30.md, "Where the rest of the gap is").  The other side of the same
+loss is what the replay refused: ``refused_by_kind`` counts the refused pods per kind (CPU-only, shares,
+whole-GPU pods by their GPU count), their GPU as a share of the cluster's, and how far into the arrivals
+each kind was first refused (docs/research/placement-issue-30.md, "Multi-GPU pods when the untouched GPUs
+run out").
 
 Pure: numpy, no I/O.
 """

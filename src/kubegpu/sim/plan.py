@@ -30,23 +30,22 @@ A share of ``m`` milli and ``c`` cores on GPU ``g`` of a node loses ``V(F, C) - 
 of value-to-go; the policy buckets that loss by ``PLAN_BUCKET_MILLI`` (``ValuePlan.buckets``) and
 ranks nodes by the bucket first, kubegpu's score second (docs/sim.md, "kubegpu-plan").
 
-**CPU match** (``ValuePlan.cpu_match``): where shares carry at least ``PLAN_CPU_MATCH_SHARED`` of the
-GPU demand, the nodes' cores run out before their GPUs (docs/benchmarks.md, "Where the rest of the
-gap is"); there, inside a bucket, a share first goes where the node's free cores per idle milli come
-closest to its own (``cpu_match_steps``): CPU-light shares to CPU-poor nodes, CPU-heavy ones to
-CPU-rich nodes, so that each node's cores last about as long as its GPUs.
+**CPU match** (``ValuePlan.cpu_match``): where shares carry at least ``PLAN_CPU_MATCH_SHARED`` of the GPU
+demand, the nodes' cores run out before their GPUs (docs/research/placement-issue-30.md, "Where the rest of
+the gap is"); there, inside a bucket, a share first goes where the node's free cores per idle milli come
+closest to its own (``cpu_match_steps``): CPU-light shares to CPU-poor nodes, CPU-heavy ones to CPU-rich
+nodes, so that each node's cores last about as long as its GPUs.
 
 **Partner reserve** (``ValuePlan.reserve``, ``reserve_slack``): where shares carry at least
-``PLAN_RESERVE_SHARED`` of the GPU demand (with or without the CPU match), a GPU in use that still
-has room for a share (``PLAN_RESERVE_ROOM`` milli or more free) keeps ``PLAN_RESERVE_CORES`` cores
-per 1000 free milli on its node for the share that will fill it. Every pod, of any kind, goes first to the
-nodes where it leaves those cores alone (a share that fills a room frees the room's cores, one that
-opens a GPU adds a room); where no node can, it goes where it fits, as before: the reserve never
-refuses a pod. Aimed at partners that find no cores left; measured, it places more pivots and
-whole-GPU pods rather than more partners (docs/benchmarks.md, "A reserve of cores for the partners").
-
-Pure: numpy; the LP solver (highspy, through ``kubegpu.sim.bound``) is imported only when a plan is
-solved, so importing the policies needs none.
+``PLAN_RESERVE_SHARED`` of the GPU demand (with or without the CPU match), a GPU in use that still has room
+for a share (``PLAN_RESERVE_ROOM`` milli or more free) keeps ``PLAN_RESERVE_CORES`` cores per 1000 free
+milli on its node for the share that will fill it. Every pod, of any kind, goes first to the nodes where it
+leaves those cores alone (a share that fills a room frees the room's cores, one that opens a GPU adds a
+room); where no node can, it goes where it fits, as before: the reserve never refuses a pod. Aimed at
+partners that find no cores left; measured, it places more pivots and whole-GPU pods rather than more
+partners (docs/research/placement-issue-30.md, "A reserve of cores for the partners").  Pure: numpy; the LP
+solver (highspy, through ``kubegpu.sim.bound``) is imported only when a plan is solved, so importing the
+policies needs none.
 """
 
 from __future__ import annotations

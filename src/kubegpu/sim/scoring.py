@@ -588,7 +588,7 @@ def kubegpu_target(
     Each common CPU-heavy share (``cpu_heavy``) has its weight multiplied by ``heavy``: FGD keeps
     room for a shape by its popularity alone, but room kept for a share that needs twice the cores
     per GPU of the workload also holds the CPU that the GPU-dense pods next to it would use; where
-    GPUs are shared, the cluster's CPU runs out before its GPUs (docs/benchmarks.md, "Where
+    GPUs are shared, the cluster's CPU runs out before its GPUs (docs/research/placement-issue-30.md, "Where
     gpushare100's remaining gap is").
 
     Weights stay integers (rounded) and the CPU-only shapes keep their share of the total. Returns
