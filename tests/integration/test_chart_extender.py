@@ -65,6 +65,7 @@ def test_enabled_renders_the_deployment_its_account_rbac_service_and_scheduler_c
         ("ClusterRoleBinding", NAME),
         ("ConfigMap", f"{NAME}-scheduler"),
         ("Deployment", NAME),
+        ("NetworkPolicy", NAME),  # only kube-scheduler may call it (test_chart_extender_security.py)
         ("Service", NAME),
         ("ServiceAccount", NAME),
     ]

@@ -309,7 +309,7 @@ def test_pods_are_bound_with_their_gpus_and_shares_follow_the_rules(
     assert ext.schedule(last, nodes) is not None
 
 
-def test_a_restarted_extender_rebuilds_the_same_state_and_binds_without_its_reservation(
+def test_a_restarted_extender_rebuilds_the_same_state_and_binds_only_what_it_filtered(
     store: Store, start: Callable[[], Stack]
 ) -> None:
     first = start()
@@ -327,15 +327,19 @@ def test_a_restarted_extender_rebuilds_the_same_state_and_binds_without_its_rese
     second = start()
     assert second.ledger.snapshot() == first.ledger.snapshot()
 
-    # a bind whose filter went to another (restarted) instance is decided at bind time
+    # a bind whose filter went to another (restarted) instance is refused: /bind binds only what this
+    # extender's own filter placed there (kube-scheduler retries the pod: filter, then bind, here)
     late = gpu_pod("late", milli=200)
     store.put_pod(late)
     wait_until("the new pod", lambda: "default/late" in store.pods)
     reply = second.post(
         "bind", {"PodName": "late", "PodNamespace": "default", "PodUID": "uid-late", "Node": "gpu-b"}
     )
-    assert reply == {"Error": ""}
-    assert decode(store.pods["default/late"]["metadata"]["annotations"][ANNOTATION]).node == "gpu-b"
+    assert "no filter of this extender" in reply["Error"]
+    assert not store.pods["default/late"]["spec"].get("nodeName")
+    where = second.schedule(late, ["gpu-a", "gpu-b"])
+    assert where is not None
+    assert decode(store.pods["default/late"]["metadata"]["annotations"][ANNOTATION]).node == where
 
 
 def test_bad_requests_get_a_clear_answer(start: Callable[[], Stack]) -> None:

@@ -66,6 +66,29 @@ def register(app: typer.Typer) -> None:
         log_level: Annotated[
             str, typer.Option("--log-level", help="debug, info, warning or error.")
         ] = "info",
+        tls_cert_file: Annotated[
+            Path | None,
+            typer.Option(
+                "--tls-cert-file",
+                dir_okay=False,
+                help="Serve HTTPS with this certificate (PEM; with --tls-private-key-file).",
+            ),
+        ] = None,
+        tls_private_key_file: Annotated[
+            Path | None,
+            typer.Option(
+                "--tls-private-key-file", dir_okay=False, help="The certificate's private key (PEM)."
+            ),
+        ] = None,
+        client_ca_file: Annotated[
+            Path | None,
+            typer.Option(
+                "--client-ca-file",
+                dir_okay=False,
+                help="CA bundle (PEM): answer filter, prioritize and bind only to clients with a certificate "
+                "it signed (kube-scheduler's tlsConfig certFile/keyFile); /healthz and /readyz need none.",
+            ),
+        ] = None,
     ) -> None:
         """Run the kube-scheduler extender: per-GPU accounting from the API server, GPU shares
         (kubegpu.io/gpu-milli), and the placement policy of `kubegpu sim`."""
@@ -74,7 +97,7 @@ def register(app: typer.Typer) -> None:
         from kubegpu.extender.cluster import ApiBinder, ClusterSync
         from kubegpu.extender.handlers import Extender
         from kubegpu.extender.ledger import Ledger
-        from kubegpu.extender.server import ExtenderServer
+        from kubegpu.extender.server import ExtenderServer, TlsSettings
         from kubegpu.extender.workload import default_typical, typical_from_file
         from kubegpu.kubeapi import KubeApi
         from kubegpu.probes import parse_address
@@ -88,6 +111,16 @@ def register(app: typer.Typer) -> None:
             stream=sys.stderr,
         )
         parse_address(listen, flag="--listen")  # bad input is refused before anything starts
+        if (tls_cert_file is None) != (tls_private_key_file is None):
+            raise InputError("--tls-cert-file and --tls-private-key-file go together")
+        if client_ca_file is not None and tls_cert_file is None:
+            raise InputError("--client-ca-file needs --tls-cert-file and --tls-private-key-file")
+        tls = None
+        if tls_cert_file is not None and tls_private_key_file is not None:
+            tls = TlsSettings(
+                cert_file=tls_cert_file, key_file=tls_private_key_file, client_ca_file=client_ca_file
+            )
+            tls.context()  # an unreadable file is refused before anything starts, naming the flag
         placer = get_policy(policy)
         typical = typical_from_file(workload) if workload is not None else default_typical()
         plan_note = ""
@@ -103,14 +136,15 @@ def register(app: typer.Typer) -> None:
         front = Extender(
             ledger, ApiBinder(api), readiness=sync.ready, liveness=sync.alive, scheduler_names=names
         )
-        server = ExtenderServer(front, listen)
+        server = ExtenderServer(front, listen, tls=tls)
         server.start()
         sync.start()
         stop = threading.Event()
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: stop.set())
         typer.echo(
-            f"kubegpu extender: policy {placer.name}{plan_note}, serving on {listen} (port {server.port})",
+            f"kubegpu extender: policy {placer.name}{plan_note}, serving {'https' if tls else 'http'} on "
+            f"{listen} (port {server.port})",
             err=True,
         )
         stop.wait()

@@ -14,6 +14,12 @@ from tests.unit.cli.conftest import Runner
     [
         (["--policy", "nope"], "unknown placement policy 'nope'"),
         (["--listen", "nowhere"], "--listen 'nowhere': give HOST:PORT"),
+        (["--tls-cert-file", "/etc/x.crt"], "--tls-cert-file and --tls-private-key-file go together"),
+        (["--client-ca-file", "/etc/ca.crt"], "--client-ca-file needs --tls-cert-file"),
+        (
+            ["--tls-cert-file", "/nonexistent.crt", "--tls-private-key-file", "/nonexistent.key"],
+            "--tls-cert-file /nonexistent.crt / --tls-private-key-file /nonexistent.key: cannot use them",
+        ),
     ],
 )
 def test_bad_flags_are_one_line_and_exit_2(cli: Runner, args: list[str], message: str) -> None:
