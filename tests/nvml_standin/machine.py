@@ -14,11 +14,17 @@ pynvml. The YAML::
         memory_mib: 81559                    # nvmlDeviceGetMemoryInfo .total
         memory_used_mib: 0
         sm_count: 132
+        compute_capability: [9, 0]           # nvmlDeviceGetCudaComputeCapability (default: the
+                                             # catalogue's for a name it knows, else 0.0)
+        minor: 0                             # nvmlDeviceGetMinorNumber (default: the GPU's index)
+        fabric: {cluster_uuid: 00112233445566778899aabbccddeeff, clique: 1}   # nvmlDeviceGetGpuFabricInfo
+                                             # (absent: not fabric-attached, NOT_SUPPORTED)
         health_events: true                  # false: event registration is "not supported"
         mig: {capable: true, enabled: true, pending: true, reset_needed: false}
         mig_profiles:                        # nvmlDeviceGetGpuInstanceProfileInfo(V) per NVML constant
           - {constant: 0x0, id: 19, compute_slices: 1, memory_slices: 1, max_count: 7,
-             memory_mib: 9856, starts: [0, 1, 2, 3, 4, 5, 6]}
+             memory_mib: 9856, starts: [0, 1, 2, 3, 4, 5, 6],
+             sms: 16, copy: 1, decoders: 1, encoders: 0, jpegs: 1, ofas: 0}   # optional
         mig_instances:                       # GPU instances present at nvmlInit, each with one full CI
           - {profile_id: 9, start: 4, gi_id: 1, uuid: MIG-..., busy: false}
         nvlinks:                             # nvmlDeviceGetNvLink{State,RemotePciInfo_v2,RemoteDeviceType}
@@ -38,6 +44,10 @@ by ``KUBEGPU_NVML_MACHINE``: one record a line, fields separated by spaces, the 
     nvlink GPU LINK STATE REMOTE_BUS REMOTE_TYPE                            (0 GPU, 2 NVSwitch)
     ancestor GPU GPU LEVEL
     giprofile GPU CONSTANT ID COMPUTE_SLICES MEMORY_SLICES MAX_COUNT MEMORY_MIB STARTS(comma list)
+              SMS COPY DECODERS ENCODERS JPEGS OFAS     (SMS 0: the GPU's share by compute slices)
+    cc GPU MAJOR MINOR
+    minor GPU MINOR
+    fabric GPU CLUSTER_UUID(32 hex digits) CLIQUE
     gi GPU GI_ID PROFILE_ID START BUSY UUID
     event GPU xid|dbe|sbe DATA
     fail SYMBOL CODE GPU
@@ -52,7 +62,9 @@ from typing import Any
 
 import yaml
 
-from kubegpu.model.gpu import CATALOGUE
+from kubegpu.errors import KubegpuError
+from kubegpu.model.gpu import model_for_product
+from kubegpu.model.mig import MigProfile
 from kubegpu.model.mig import profiles as mig_profiles
 from kubegpu.model.node import Node
 from kubegpu.model.topology import LinkKind
@@ -68,8 +80,44 @@ PCI_DEVICE_IDS = {
     "A100-40GB": 0x20B010DE,
     "V100-32GB": 0x1DB510DE,
     "V100-16GB": 0x1DB110DE,
+    "A100-PCIe-40GB": 0x20F110DE,
+    "A100-PCIe-80GB": 0x20B510DE,
+    "H100-PCIe": 0x233110DE,
+    "H100-NVL": 0x232110DE,
+    "A30": 0x20B710DE,
+    "L4": 0x27B810DE,
+    "L40S": 0x26B910DE,
+    "A10G": 0x223710DE,
+    "T4": 0x1EB810DE,
+    "B200": 0x290110DE,
 }
-SM_COUNTS = {"H100-80GB": 132, "H200-141GB": 132, "A100-80GB": 108, "A100-40GB": 108}
+SM_COUNTS = {
+    "H100-80GB": 132,
+    "H100-NVL": 132,
+    "H100-PCIe": 114,
+    "H200-141GB": 132,
+    "A100-80GB": 108,
+    "A100-40GB": 108,
+    "A100-PCIe-40GB": 108,
+    "A100-PCIe-80GB": 108,
+    "A30": 56,
+    "L4": 58,
+    "L40S": 142,
+    "A10G": 80,
+    "T4": 40,
+    "V100-32GB": 80,
+    "V100-16GB": 80,
+    "B200": 148,
+}
+
+
+def profile_memory_mib(p: MigProfile, gpu_memory_mib: int) -> int:
+    """What NVML reports as a simulated profile's memory (``memorySizeMB``): the ``-lgip`` figure where
+    the catalogue knows it, else just under the profile's share of the GPU (NVIDIA's name rounds the
+    share up to eighths, so this reads back under the catalogue's name)."""
+    if p.memory_gib is not None:
+        return round(p.memory_gib * 1024)
+    return int(gpu_memory_mib * p.memory_slices / 8 * 0.98)
 
 
 def nvml_gi_constant(compute_slices: int, memory_slices: int, media_extensions: bool) -> int:
@@ -92,6 +140,12 @@ class MigProfileSpec:
     max_count: int
     memory_mib: int
     starts: list[int]
+    sms: int = 0  # per instance; 0: the GPU's SMs shared by compute slices
+    copy: int = 1
+    decoders: int = 0
+    encoders: int = 0
+    jpegs: int = 0
+    ofas: int = 0
 
 
 @dataclass
@@ -139,6 +193,9 @@ class GpuSpec:
     mig_instances: list[MigInstanceSpec] = field(default_factory=list)
     nvlinks: list[NvLinkSpec] = field(default_factory=list)
     sample: SampleSpec = field(default_factory=SampleSpec)
+    compute_capability: list[int] = field(default_factory=lambda: [0, 0])
+    minor: int | None = None
+    fabric: dict[str, Any] | None = None
 
 
 @dataclass
@@ -169,15 +226,16 @@ class Machine:
         switched = any(sum(row) > NVLINK_PORTS for row in lanes)
         gpus = []
         for g in node.gpus:
-            model = CATALOGUE.get(g.model)
+            capability = g.capability
             spec = GpuSpec(
-                name=model.product if model is not None else g.model,
+                name=g.product_name,
                 uuid=str(g.uuid),
                 bus_id=g.pci_bus_id,
                 memory_mib=g.memory_mib,
                 pci_device_id=PCI_DEVICE_IDS.get(g.model, 0x20B010DE),
                 sm_count=SM_COUNTS.get(g.model, 80),
-                mig_capable=bool(model and model.mig_capable),
+                compute_capability=list(capability) if capability is not None else [0, 0],
+                mig_capable=g.can_mig,
                 mig_enabled=g.mig_enabled,
                 mig_pending=g.mig_enabled,
                 sample=SampleSpec(
@@ -188,9 +246,12 @@ class Machine:
                     ecc=[2 * g.index, g.index, 10 + 2 * g.index, 5 + g.index],
                 ),
             )
-            if spec.mig_capable:
-                for p in mig_profiles(g.model):
-                    memory = round((p.memory_gib if p.memory_gib is not None else p.memory_gb) * 1024)
+            try:
+                known = mig_profiles(g.model) if spec.mig_capable else ()
+            except KubegpuError:  # MIG-capable without simulated profiles (A30, GB200)
+                known = ()
+            if known:
+                for p in known:
                     spec.mig_profiles.append(
                         MigProfileSpec(
                             constant=nvml_gi_constant(p.compute_slices, p.memory_slices, p.media_extensions),
@@ -198,11 +259,12 @@ class Machine:
                             compute_slices=p.compute_slices,
                             memory_slices=p.memory_slices,
                             max_count=p.max_count,
-                            memory_mib=memory,
+                            memory_mib=profile_memory_mib(p, g.memory_mib),
                             starts=list(p.start_slots),
+                            sms=p.sm_count or 0,
                         )
                     )
-                by_name = {p.name: p for p in mig_profiles(g.model)}
+                by_name = {p.name: p for p in known}
                 for m in g.mig_instances:
                     spec.mig_instances.append(
                         MigInstanceSpec(
@@ -236,7 +298,12 @@ class Machine:
                         a, b = node.gpus[i].numa_node, node.gpus[j].numa_node
                         level = 40 if a == b else 50
                     ancestors.append((i, j, level))
-        return cls(gpus=gpus, driver=driver, cuda=cuda, ancestors=ancestors)
+        return cls(
+            gpus=gpus,
+            driver=node.driver_version or driver,
+            cuda=_cuda_int(node.cuda_version) if node.cuda_version else cuda,
+            ancestors=ancestors,
+        )
 
     # -- YAML ----------------------------------------------------------------------------------------
 
@@ -255,6 +322,9 @@ class Machine:
             instances = [MigInstanceSpec(**m) for m in g.pop("mig_instances", [])]
             links = [NvLinkSpec(**k) for k in g.pop("nvlinks", [])]
             sample = SampleSpec(**(g.pop("sample", {}) or {}))
+            if "compute_capability" not in g:  # the catalogue's, for a GPU it knows by NVML's name
+                known = model_for_product(str(g.get("name", "")))
+                g["compute_capability"] = list(known.compute_capability) if known is not None else [0, 0]
             gpus.append(
                 GpuSpec(
                     **g,
@@ -287,6 +357,11 @@ class Machine:
                 f"{g.sm_count} {int(g.mig_capable)} {int(g.mig_enabled)} {int(g.mig_pending)} "
                 f"{int(g.reset_needed)} {g.name}"
             )
+            out.append(f"cc {i} {g.compute_capability[0]} {g.compute_capability[1]}")
+            if g.minor is not None:
+                out.append(f"minor {i} {g.minor}")
+            if g.fabric is not None:
+                out.append(f"fabric {i} {g.fabric['cluster_uuid']} {int(g.fabric['clique'])}")
             s = g.sample
             ecc = " ".join(str(v) for v in s.ecc)
             out.append(
@@ -298,7 +373,7 @@ class Machine:
                 starts = ",".join(str(s) for s in p.starts)
                 out.append(
                     f"giprofile {i} {p.constant} {p.id} {p.compute_slices} {p.memory_slices} {p.max_count} "
-                    f"{p.memory_mib} {starts}"
+                    f"{p.memory_mib} {starts} {p.sms} {p.copy} {p.decoders} {p.encoders} {p.jpegs} {p.ofas}"
                 )
             for m in g.mig_instances:
                 out.append(f"gi {i} {m.gi_id} {m.profile_id} {m.start} {int(m.busy)} {m.uuid}")
@@ -342,6 +417,12 @@ class Machine:
             ]
         out.append("</nvidia_smi_log>")
         return "\n".join(out) + "\n"
+
+
+def _cuda_int(version: str) -> int:
+    """``12.4`` -> 12040 (nvmlSystemGetCudaDriverVersion_v2's form)."""
+    major, _, minor = version.partition(".")
+    return 1000 * int(major) + 10 * int(minor or 0)
 
 
 def _switch_bus(port: int) -> str:

@@ -7,9 +7,13 @@
  * (_v2, _v3, the "V" profile calls with their version words), byte strings and MIG handles.
  *
  * Signatures, struct layouts, constants and return codes follow NVIDIA's nvml.h of NVML API
- * version 12 (CUDA 12.4, driver branch r550), as nvidia-ml-py 12.550+ binds them. Only what
- * kubegpu calls is implemented; any other symbol is absent, so pynvml raises
- * NVMLError_FunctionNotFound for it, as it would with an older driver.
+ * version 12 (CUDA 12.4, driver branch r550), as nvidia-ml-py 12.550+ binds them. What kubegpu
+ * calls is implemented, and what NVIDIA's device plugin and GFD call on the same machines
+ * (nvmlDeviceGetMinorNumber, nvmlDeviceGetCudaComputeCapability, nvmlDeviceGetHandleByUUID, the
+ * MIG-handle, compute-instance and fabric queries), each failing with the code nvml.h documents for
+ * the case (e.g. nvmlDeviceGetMaxMigDeviceCount is 0 while MIG is off, and
+ * nvmlDeviceGetMigDeviceHandleByIndex is NOT_SUPPORTED then, NOT_FOUND for an empty slot). Any other
+ * symbol is absent, so pynvml raises NVMLError_FunctionNotFound for it, as with an older driver.
  *
  * The machine comes from the file named by KUBEGPU_NVML_MACHINE, read at nvmlInit: the compiled
  * form of a YAML machine description (tests/nvml_standin/machine.py writes it; its format is
@@ -160,6 +164,52 @@ typedef struct {
 #define nvmlGpuInstanceProfileInfo_v2 NVML_STRUCT_VERSION(sizeof(nvmlGpuInstanceProfileInfo_v2_t), 2)
 
 typedef struct {
+    unsigned int id;
+    unsigned int sliceCount;
+    unsigned int instanceCount;
+    unsigned int multiprocessorCount;
+    unsigned int sharedCopyEngineCount;
+    unsigned int sharedDecoderCount;
+    unsigned int sharedEncoderCount;
+    unsigned int sharedJpegCount;
+    unsigned int sharedOfaCount;
+} nvmlComputeInstanceProfileInfo_t;
+
+typedef struct {
+    unsigned int start;
+    unsigned int size;
+} nvmlComputeInstancePlacement_t;
+
+typedef struct {
+    nvmlDevice_t device;
+    nvmlGpuInstance_t gpuInstance;
+    unsigned int id;
+    unsigned int profileId;
+    nvmlComputeInstancePlacement_t placement;
+} nvmlComputeInstanceInfo_t;
+
+#define NVML_GPU_FABRIC_UUID_LEN 16
+#define NVML_GPU_FABRIC_STATE_COMPLETED 3
+typedef unsigned char nvmlGpuFabricState_t;
+
+typedef struct {
+    unsigned char clusterUuid[NVML_GPU_FABRIC_UUID_LEN];
+    nvmlReturn_t status;
+    unsigned int cliqueId;
+    nvmlGpuFabricState_t state;
+} nvmlGpuFabricInfo_t;
+
+typedef struct {
+    unsigned int version;
+    unsigned char clusterUuid[NVML_GPU_FABRIC_UUID_LEN];
+    nvmlReturn_t status;
+    unsigned int cliqueId;
+    nvmlGpuFabricState_t state;
+    unsigned int healthMask;
+} nvmlGpuFabricInfo_v2_t;
+#define nvmlGpuFabricInfo_v2 NVML_STRUCT_VERSION(sizeof(nvmlGpuFabricInfo_v2_t), 2)
+
+typedef struct {
     unsigned int version;
     unsigned int id;
     unsigned int sliceCount;
@@ -196,6 +246,8 @@ struct profile {
     unsigned long long memory_mb;
     unsigned starts[8];
     int nstarts;
+    /* per instance of this profile: SMs (0: the GPU's share by compute slices) and engines */
+    unsigned sms, copy, decoders, encoders, jpegs, ofas;
 };
 
 struct nvmlComputeInstance_st {
@@ -231,6 +283,11 @@ struct gpu {
     int nprofiles;
     struct nvmlGpuInstance_st gis[MAX_GI];
     unsigned long long supported_events;
+    int cc_major, cc_minor; /* nvmlDeviceGetCudaComputeCapability */
+    unsigned minor;         /* nvmlDeviceGetMinorNumber: /dev/nvidia<minor> */
+    int fabric;             /* attached to an NVLink fabric (nvmlDeviceGetGpuFabricInfo) */
+    unsigned char cluster_uuid[NVML_GPU_FABRIC_UUID_LEN];
+    unsigned clique;
 };
 
 struct fault {
@@ -308,6 +365,7 @@ static nvmlReturn_t load_machine(void) {
                 copy(x->name, sizeof x->name, line + n);
                 x->dev.gpu = ngpus;
                 x->dev.gi = -1;
+                x->minor = (unsigned)ngpus;
                 x->supported_events = nvmlEventTypeXidCriticalError | nvmlEventTypeDoubleBitEccError |
                                       nvmlEventTypeSingleBitEccError;
                 for (int k = 0; k < 4; k++) x->ecc[k] = -1;
@@ -351,8 +409,9 @@ static nvmlReturn_t load_machine(void) {
         if (!strncmp(line, "giprofile ", 10)) {
             struct profile p = {0};
             char starts[64];
-            if (sscanf(line, "giprofile %d %u %u %u %u %u %llu %63s", &g, &p.constant, &p.id,
-                       &p.compute_slices, &p.memory_slices, &p.instance_count, &p.memory_mb, starts) == 8 &&
+            if (sscanf(line, "giprofile %d %u %u %u %u %u %llu %63s %u %u %u %u %u %u", &g, &p.constant, &p.id,
+                       &p.compute_slices, &p.memory_slices, &p.instance_count, &p.memory_mb, starts, &p.sms,
+                       &p.copy, &p.decoders, &p.encoders, &p.jpegs, &p.ofas) >= 8 &&
                 g >= 0 && g < ngpus && gpus[g].nprofiles < MAX_PROFILES) {
                 for (char *tok = strtok(starts, ","); tok && p.nstarts < 8; tok = strtok(NULL, ","))
                     p.starts[p.nstarts++] = (unsigned)atoi(tok);
@@ -413,6 +472,34 @@ static nvmlReturn_t load_machine(void) {
         if (!strncmp(line, "fail ", 5) && nfaults < MAX_FAULTS) {
             struct fault x;
             if (sscanf(line, "fail %63s %d %d", x.symbol, &x.code, &x.gpu) == 3) faults[nfaults++] = x;
+            continue;
+        }
+        if (!strncmp(line, "cc ", 3)) {
+            int major, minor;
+            if (sscanf(line, "cc %d %d %d", &g, &major, &minor) == 3 && g >= 0 && g < ngpus) {
+                gpus[g].cc_major = major;
+                gpus[g].cc_minor = minor;
+            }
+            continue;
+        }
+        if (!strncmp(line, "minor ", 6)) {
+            unsigned minor;
+            if (sscanf(line, "minor %d %u", &g, &minor) == 2 && g >= 0 && g < ngpus) gpus[g].minor = minor;
+            continue;
+        }
+        if (!strncmp(line, "fabric ", 7)) {
+            char hex[64];
+            unsigned clique;
+            if (sscanf(line, "fabric %d %63s %u", &g, hex, &clique) == 3 && g >= 0 && g < ngpus &&
+                strlen(hex) == 2 * NVML_GPU_FABRIC_UUID_LEN) {
+                for (int k = 0; k < NVML_GPU_FABRIC_UUID_LEN; k++) {
+                    unsigned byte = 0;
+                    sscanf(hex + 2 * k, "%2x", &byte);
+                    gpus[g].cluster_uuid[k] = (unsigned char)byte;
+                }
+                gpus[g].clique = clique;
+                gpus[g].fabric = 1;
+            }
             continue;
         }
         if (!strncmp(line, "noevents ", 9)) {
@@ -854,7 +941,8 @@ nvmlReturn_t nvmlDeviceSetMigMode(nvmlDevice_t device, unsigned int mode, nvmlRe
 nvmlReturn_t nvmlDeviceGetMaxMigDeviceCount(nvmlDevice_t device, unsigned int *count) {
     DEVICE("nvmlDeviceGetMaxMigDeviceCount", device, g);
     if (!count) return NVML_ERROR_INVALID_ARGUMENT;
-    *count = gpus[g].mig_capable && !is_mig(device) ? 7 : 0;
+    /* nvml.h: "Returns zero if MIG is not supported or enabled." */
+    *count = gpus[g].mig_capable && gpus[g].mig_current && !is_mig(device) ? 7 : 0;
     return NVML_SUCCESS;
 }
 
@@ -875,6 +963,11 @@ nvmlReturn_t nvmlDeviceGetMigDeviceHandleByIndex(nvmlDevice_t device, unsigned i
     return NVML_ERROR_NOT_FOUND;
 }
 
+/* An instance's SMs: the machine's figure for its profile, else the GPU's share by compute slices. */
+static unsigned profile_sms(const struct gpu *x, const struct profile *p) {
+    return p->sms ? p->sms : x->sm_count * p->compute_slices / 7;
+}
+
 nvmlReturn_t nvmlDeviceGetAttributes_v2(nvmlDevice_t device, nvmlDeviceAttributes_t *attributes) {
     DEVICE("nvmlDeviceGetAttributes_v2", device, g);
     if (!attributes) return NVML_ERROR_INVALID_ARGUMENT;
@@ -882,17 +975,23 @@ nvmlReturn_t nvmlDeviceGetAttributes_v2(nvmlDevice_t device, nvmlDeviceAttribute
     const struct gpu *x = &gpus[g];
     if (is_mig(device)) {
         const struct nvmlGpuInstance_st *gi = &x->gis[device->gi];
-        attributes->gpuInstanceSliceCount = gi->profile->compute_slices;
+        const struct profile *p = gi->profile;
+        attributes->gpuInstanceSliceCount = p->compute_slices;
         attributes->computeInstanceSliceCount = gi->ci[device->ci].slices;
-        attributes->multiprocessorCount = x->sm_count * gi->profile->compute_slices / 7;
-        attributes->memorySizeMB = gi->profile->memory_mb;
+        attributes->multiprocessorCount = profile_sms(x, p) * gi->ci[device->ci].slices / p->compute_slices;
+        attributes->memorySizeMB = p->memory_mb;
+        attributes->sharedCopyEngineCount = p->copy ? p->copy : 1;
+        attributes->sharedDecoderCount = p->decoders;
+        attributes->sharedEncoderCount = p->encoders;
+        attributes->sharedJpegCount = p->jpegs;
+        attributes->sharedOfaCount = p->ofas;
     } else {
         attributes->gpuInstanceSliceCount = x->mig_capable ? 7 : 0;
         attributes->computeInstanceSliceCount = attributes->gpuInstanceSliceCount;
         attributes->multiprocessorCount = x->sm_count;
         attributes->memorySizeMB = x->memory_mib;
+        attributes->sharedCopyEngineCount = 1;
     }
-    attributes->sharedCopyEngineCount = 1;
     return NVML_SUCCESS;
 }
 
@@ -922,8 +1021,12 @@ static void fill_profile_v1(const struct profile *p, const struct gpu *x, nvmlGp
     info->id = p->id;
     info->sliceCount = p->compute_slices;
     info->instanceCount = p->instance_count;
-    info->multiprocessorCount = x->sm_count * p->compute_slices / 7;
-    info->copyEngineCount = 1;
+    info->multiprocessorCount = profile_sms(x, p);
+    info->copyEngineCount = p->copy ? p->copy : 1;
+    info->decoderCount = p->decoders;
+    info->encoderCount = p->encoders;
+    info->jpegCount = p->jpegs;
+    info->ofaCount = p->ofas;
     info->memorySizeMB = p->memory_mb;
 }
 
@@ -956,6 +1059,10 @@ nvmlReturn_t nvmlDeviceGetGpuInstanceProfileInfoV(nvmlDevice_t device, unsigned 
     info->instanceCount = v1.instanceCount;
     info->multiprocessorCount = v1.multiprocessorCount;
     info->copyEngineCount = v1.copyEngineCount;
+    info->decoderCount = v1.decoderCount;
+    info->encoderCount = v1.encoderCount;
+    info->jpegCount = v1.jpegCount;
+    info->ofaCount = v1.ofaCount;
     info->memorySizeMB = v1.memorySizeMB;
     snprintf(info->name, sizeof info->name, "MIG %ug.%llugb", p->compute_slices, (p->memory_mb + 512) / 1024);
     return NVML_SUCCESS;
@@ -1069,6 +1176,36 @@ static int ci_slices(unsigned profile) {
     return profile < 5 ? slices[profile] : -1;
 }
 
+/* A compute-instance profile of `gi` (NVML_COMPUTE_INSTANCE_PROFILE_* constant), or an NVML error. */
+static nvmlReturn_t ci_profile(nvmlGpuInstance_t gi, unsigned int profile, unsigned int eng_profile,
+                               nvmlComputeInstanceProfileInfo_t *info) {
+    int slices = ci_slices(profile);
+    if (eng_profile != NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED || slices < 0 ||
+        (unsigned)slices > gi->profile->compute_slices)
+        return NVML_ERROR_NOT_SUPPORTED;
+    const struct profile *p = gi->profile;
+    memset(info, 0, sizeof *info);
+    info->id = profile;
+    info->sliceCount = (unsigned)slices;
+    info->instanceCount = p->compute_slices / (unsigned)slices;
+    info->multiprocessorCount = profile_sms(&gpus[gi->gpu], p) * (unsigned)slices / p->compute_slices;
+    info->sharedCopyEngineCount = p->copy ? p->copy : 1;
+    info->sharedDecoderCount = p->decoders;
+    info->sharedEncoderCount = p->encoders;
+    info->sharedJpegCount = p->jpegs;
+    info->sharedOfaCount = p->ofas;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlGpuInstanceGetComputeInstanceProfileInfo(nvmlGpuInstance_t gi, unsigned int profile,
+                                                          unsigned int eng_profile,
+                                                          nvmlComputeInstanceProfileInfo_t *info) {
+    if (!initialised) return NVML_ERROR_UNINITIALIZED;
+    if (!gi_valid(gi) || !info) return NVML_ERROR_INVALID_ARGUMENT;
+    ENTER("nvmlGpuInstanceGetComputeInstanceProfileInfo", gi->gpu);
+    return ci_profile(gi, profile, eng_profile, info);
+}
+
 nvmlReturn_t nvmlGpuInstanceGetComputeInstanceProfileInfoV(nvmlGpuInstance_t gi, unsigned int profile,
                                                            unsigned int eng_profile,
                                                            nvmlComputeInstanceProfileInfo_v2_t *info) {
@@ -1076,18 +1213,22 @@ nvmlReturn_t nvmlGpuInstanceGetComputeInstanceProfileInfoV(nvmlGpuInstance_t gi,
     if (!gi_valid(gi) || !info) return NVML_ERROR_INVALID_ARGUMENT;
     ENTER("nvmlGpuInstanceGetComputeInstanceProfileInfoV", gi->gpu);
     if (info->version != nvmlComputeInstanceProfileInfo_v2) return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
-    int slices = ci_slices(profile);
-    if (eng_profile != NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED || slices < 0 ||
-        (unsigned)slices > gi->profile->compute_slices)
-        return NVML_ERROR_NOT_SUPPORTED;
+    nvmlComputeInstanceProfileInfo_t v1;
+    nvmlReturn_t rc = ci_profile(gi, profile, eng_profile, &v1);
+    if (rc != NVML_SUCCESS) return rc;
     unsigned version = info->version;
     memset(info, 0, sizeof *info);
     info->version = version;
-    info->id = profile;
-    info->sliceCount = (unsigned)slices;
-    info->instanceCount = gi->profile->compute_slices / (unsigned)slices;
-    info->multiprocessorCount = gpus[gi->gpu].sm_count * (unsigned)slices / 7;
-    snprintf(info->name, sizeof info->name, "MIG %dc.%ug.%llugb", slices, gi->profile->compute_slices,
+    info->id = v1.id;
+    info->sliceCount = v1.sliceCount;
+    info->instanceCount = v1.instanceCount;
+    info->multiprocessorCount = v1.multiprocessorCount;
+    info->sharedCopyEngineCount = v1.sharedCopyEngineCount;
+    info->sharedDecoderCount = v1.sharedDecoderCount;
+    info->sharedEncoderCount = v1.sharedEncoderCount;
+    info->sharedJpegCount = v1.sharedJpegCount;
+    info->sharedOfaCount = v1.sharedOfaCount;
+    snprintf(info->name, sizeof info->name, "MIG %uc.%ug.%llugb", v1.sliceCount, gi->profile->compute_slices,
              (gi->profile->memory_mb + 512) / 1024);
     return NVML_SUCCESS;
 }
@@ -1157,5 +1298,124 @@ nvmlReturn_t nvmlComputeInstanceDestroy(nvmlComputeInstance_t ci) {
     ENTER("nvmlComputeInstanceDestroy", ci->gpu);
     if (gpus[ci->gpu].gis[ci->gi].busy) return NVML_ERROR_IN_USE;
     ci->used = 0;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlGpuInstanceGetComputeInstanceById(nvmlGpuInstance_t gi, unsigned int id,
+                                                   nvmlComputeInstance_t *out) {
+    if (!initialised) return NVML_ERROR_UNINITIALIZED;
+    if (!gi_valid(gi) || !out) return NVML_ERROR_INVALID_ARGUMENT;
+    ENTER("nvmlGpuInstanceGetComputeInstanceById", gi->gpu);
+    for (int c = 0; c < MAX_CI; c++)
+        if (gi->ci[c].used && gi->ci[c].id == id) {
+            *out = &gi->ci[c];
+            return NVML_SUCCESS;
+        }
+    return NVML_ERROR_NOT_FOUND;
+}
+
+nvmlReturn_t nvmlComputeInstanceGetInfo_v2(nvmlComputeInstance_t ci, nvmlComputeInstanceInfo_t *info) {
+    if (!initialised) return NVML_ERROR_UNINITIALIZED;
+    if (!ci_valid(ci) || !info) return NVML_ERROR_INVALID_ARGUMENT;
+    ENTER("nvmlComputeInstanceGetInfo_v2", ci->gpu);
+    memset(info, 0, sizeof *info);
+    info->device = &gpus[ci->gpu].dev; /* the parent GPU, as NVML reports it */
+    info->gpuInstance = &gpus[ci->gpu].gis[ci->gi];
+    info->id = ci->id;
+    info->profileId = ci->profile;
+    unsigned start = 0;
+    for (int c = 0; c < MAX_CI; c++) /* compute instances fill their GPU instance in slot order */
+        if (c < (int)(ci - gpus[ci->gpu].gis[ci->gi].ci) && gpus[ci->gpu].gis[ci->gi].ci[c].used)
+            start += gpus[ci->gpu].gis[ci->gi].ci[c].slices;
+    info->placement.start = start;
+    info->placement.size = ci->slices;
+    return NVML_SUCCESS;
+}
+
+/* ------------------------------------------------------------- what NVIDIA's own binaries also call */
+
+nvmlReturn_t nvmlDeviceGetMinorNumber(nvmlDevice_t device, unsigned int *minor) {
+    DEVICE("nvmlDeviceGetMinorNumber", device, g);
+    if (!minor) return NVML_ERROR_INVALID_ARGUMENT;
+    if (is_mig(device)) return NVML_ERROR_NOT_SUPPORTED; /* MIG devices have nvidia-caps minors */
+    *minor = gpus[g].minor;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetCudaComputeCapability(nvmlDevice_t device, int *major, int *minor) {
+    DEVICE("nvmlDeviceGetCudaComputeCapability", device, g);
+    if (!major || !minor) return NVML_ERROR_INVALID_ARGUMENT;
+    *major = gpus[g].cc_major; /* a MIG device answers with its parent's */
+    *minor = gpus[g].cc_minor;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetHandleByUUID(const char *uuid, nvmlDevice_t *device) {
+    ENTER("nvmlDeviceGetHandleByUUID", -1);
+    if (!uuid || !device) return NVML_ERROR_INVALID_ARGUMENT;
+    for (int i = 0; i < ngpus; i++) {
+        if (!strcmp(gpus[i].uuid, uuid)) {
+            *device = &gpus[i].dev;
+            return NVML_SUCCESS;
+        }
+        for (int s = 0; s < MAX_GI; s++)
+            for (int c = 0; c < MAX_CI; c++) {
+                struct nvmlComputeInstance_st *ci = &gpus[i].gis[s].ci[c];
+                if (gpus[i].gis[s].used && ci->used && !strcmp(ci->uuid, uuid)) {
+                    *device = &ci->dev;
+                    return NVML_SUCCESS;
+                }
+            }
+    }
+    return NVML_ERROR_NOT_FOUND;
+}
+
+nvmlReturn_t nvmlDeviceIsMigDeviceHandle(nvmlDevice_t device, unsigned int *is_mig_device) {
+    DEVICE("nvmlDeviceIsMigDeviceHandle", device, g);
+    (void)g;
+    if (!is_mig_device) return NVML_ERROR_INVALID_ARGUMENT;
+    *is_mig_device = (unsigned)is_mig(device);
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetDeviceHandleFromMigDeviceHandle(nvmlDevice_t mig, nvmlDevice_t *device) {
+    DEVICE("nvmlDeviceGetDeviceHandleFromMigDeviceHandle", mig, g);
+    if (!device || !is_mig(mig)) return NVML_ERROR_INVALID_ARGUMENT;
+    *device = &gpus[g].dev;
+    return NVML_SUCCESS;
+}
+
+static nvmlReturn_t fabric(nvmlDevice_t device, const char *symbol, const struct gpu **out) {
+    DEVICE(symbol, device, g);
+    if (is_mig(device) || !gpus[g].fabric) return NVML_ERROR_NOT_SUPPORTED; /* not fabric-attached */
+    *out = &gpus[g];
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetGpuFabricInfo(nvmlDevice_t device, nvmlGpuFabricInfo_t *info) {
+    const struct gpu *x;
+    nvmlReturn_t rc = fabric(device, "nvmlDeviceGetGpuFabricInfo", &x);
+    if (rc != NVML_SUCCESS) return rc;
+    if (!info) return NVML_ERROR_INVALID_ARGUMENT;
+    memset(info, 0, sizeof *info);
+    memcpy(info->clusterUuid, x->cluster_uuid, sizeof info->clusterUuid);
+    info->status = NVML_SUCCESS;
+    info->cliqueId = x->clique;
+    info->state = NVML_GPU_FABRIC_STATE_COMPLETED;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetGpuFabricInfoV(nvmlDevice_t device, nvmlGpuFabricInfo_v2_t *info) {
+    const struct gpu *x;
+    nvmlReturn_t rc = fabric(device, "nvmlDeviceGetGpuFabricInfoV", &x);
+    if (rc != NVML_SUCCESS) return rc;
+    if (!info) return NVML_ERROR_INVALID_ARGUMENT;
+    if (info->version != nvmlGpuFabricInfo_v2) return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+    memset(info, 0, sizeof *info);
+    info->version = nvmlGpuFabricInfo_v2;
+    memcpy(info->clusterUuid, x->cluster_uuid, sizeof info->clusterUuid);
+    info->status = NVML_SUCCESS;
+    info->cliqueId = x->clique;
+    info->state = NVML_GPU_FABRIC_STATE_COMPLETED;
     return NVML_SUCCESS;
 }

@@ -22,7 +22,6 @@ from kubegpu.metrics.attribution import SeriesTarget, held_counts, targets
 from kubegpu.metrics.holders import CachedHolders
 from kubegpu.metrics.ledger import EventLedger
 from kubegpu.metrics.sampler import GpuSampler
-from kubegpu.model.gpu import CATALOGUE
 from kubegpu.model.holder import DeviceHolder
 from kubegpu.model.node import Gpu, Node
 from kubegpu.model.sample import GpuSample, MemoryUse
@@ -116,9 +115,9 @@ XID_HELP = "Value of the last XID error encountered."
 
 
 def model_name(gpu: Gpu) -> str:
-    """NVML's product name (``NVIDIA H100 80GB HBM3``) for a catalogue model, else the model as is."""
-    model = CATALOGUE.get(gpu.model)
-    return model.product if model is not None else gpu.model
+    """dcgm-exporter's ``modelName``: NVML's name as is (``NVIDIA L4``), the catalogue's for a
+    simulated GPU."""
+    return gpu.product_name
 
 
 def xid_message(xid: int) -> str:

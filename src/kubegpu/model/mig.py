@@ -1,10 +1,13 @@
 """MIG profiles and the rules for placing them on a GPU.
 
-A100, H100 and H200 split into 8 memory slices and 7 compute slices. A profile ``<c>g.<m>gb`` takes
+A100, H100, H200 and B200 split into 8 memory slices and 7 compute slices. A profile ``<c>g.<m>gb`` takes
 ``c`` compute slices and a fixed run of memory slices starting at one of its valid start slots; runs
 of different instances may not overlap, no profile may exceed its max count, and a GPU holds at most
 one ``+me`` (media extensions) instance. Geometry from NVIDIA's MIG user guide and ``nvidia-smi mig
--lgipp`` transcripts (see ``docs/mig.md``); H200 placements are presumed identical to H100's.
+-lgipp`` transcripts (see ``docs/mig.md``); H200, H100 NVL/PCIe and B200 placements are presumed
+identical to H100's. This table describes *simulated* GPUs; on a real GPU the profile names, memory and
+SMs come from NVML (``nvidia_profile_name``, ``kubegpu.sources.nvml``). A30 (4 slices) and GB200 are
+MIG-capable but have no simulated profiles yet.
 """
 
 from __future__ import annotations
@@ -19,11 +22,14 @@ from kubegpu.errors import InputError, MigLayoutError
 
 __all__ = [
     "COMPUTE_SLICES",
+    "GI_PROFILE_SHAPES",
     "MEMORY_SLICES",
     "MigPlacement",
     "MigProfile",
     "PlacedInstance",
     "mig_models",
+    "nvidia_memory_gb",
+    "nvidia_profile_name",
     "profile",
     "profiles",
     "validate_layout",
@@ -131,7 +137,87 @@ _SKU: dict[str, tuple[tuple[str, float | None, int | None], ...]] = {
     ),
 }
 
+# GPUs added with issue 56 (memory as NVML reports it is not known for them: .memory is left out).
+_SKU["H100-NVL"] = (
+    ("1g.12gb", None, 16),
+    ("1g.12gb+me", None, 16),
+    ("1g.24gb", None, 26),
+    ("2g.24gb", None, 32),
+    ("3g.47gb", None, 60),
+    ("4g.47gb", None, 64),
+    ("7g.94gb", None, 132),
+)
+_SKU["H100-PCIe"] = (
+    ("1g.10gb", None, None),
+    ("1g.10gb+me", None, None),
+    ("1g.20gb", None, None),
+    ("2g.20gb", None, None),
+    ("3g.40gb", None, None),
+    ("4g.40gb", None, None),
+    ("7g.80gb", None, None),
+)
+_SKU["B200"] = (
+    ("1g.23gb", None, None),
+    ("1g.23gb+me", None, None),
+    ("1g.45gb", None, None),
+    ("2g.45gb", None, None),
+    ("3g.90gb", None, None),
+    ("4g.90gb", None, None),
+    ("7g.180gb", None, None),
+)
+# The PCIe cards share their SXM siblings' MIG profiles (names, SMs, memory).
+_SKU["A100-PCIe-40GB"] = _SKU["A100-40GB"]
+_SKU["A100-PCIe-80GB"] = _SKU["A100-80GB"]
+
 _NAME_RE = re.compile(r"^\d+g\.(\d+)gb(\+me)?$")
+
+# NVML's GPU-instance profile constants (``NVML_GPU_INSTANCE_PROFILE_*``, nvml.h) -> GPU-instance
+# slices and the attribute NVIDIA's tools (go-nvlib, so the device plugin, GFD and mig-parted) append
+# to the profile name: ``_REV1`` has the media engines (``+me``), ``_REV2`` is one slice with double
+# memory (no attribute: its memory tells it apart), ``_GFX`` graphics, ``_NO_ME`` none of the media
+# engines (``-me``), ``_ALL_ME`` all of them.
+GI_PROFILE_SHAPES: dict[int, tuple[int, str]] = {
+    0x0: (1, ""),
+    0x1: (2, ""),
+    0x2: (3, ""),
+    0x3: (4, ""),
+    0x4: (7, ""),
+    0x5: (8, ""),
+    0x6: (6, ""),
+    0x7: (1, "+me"),
+    0x8: (2, "+me"),
+    0x9: (1, ""),
+    0xA: (1, "+gfx"),
+    0xB: (2, "+gfx"),
+    0xC: (4, "+gfx"),
+    0xD: (1, "-me"),
+    0xE: (2, "-me"),
+    0xF: (1, "+me.all"),
+    0x10: (2, "+me.all"),
+}
+_MIB = 2**20
+_GIB = 2**30
+
+
+def nvidia_memory_gb(device_total_bytes: int, mig_memory_mib: int) -> int:
+    """The ``<N>gb`` NVIDIA writes in a MIG profile name, from NVML's figures: the instance's share of
+    the GPU's memory rounded *up* to eighths, times the GPU's memory in whole GiB (rounded up), rounded
+    half up. So an H100 NVL (95830 MiB) 1g instance of 11008 MiB is ``12gb`` (1/8 of 94), not 11, and
+    an H200's 4-slice instance is ``71gb`` (70.5 rounded up). Integer arithmetic, so no float edge."""
+    if device_total_bytes <= 0 or mig_memory_mib <= 0:
+        return 0
+    eighths = -(-mig_memory_mib * _MIB * 8 // device_total_bytes)
+    total_gb = -(-device_total_bytes // _GIB)
+    return (eighths * total_gb * 2 + 8) // 16
+
+
+def nvidia_profile_name(gi_slices: int, gb: int, *, attribute: str = "", ci_slices: int | None = None) -> str:
+    """A MIG profile as NVIDIA names it: ``<g>g.<N>gb`` plus its attribute (``1g.12gb+me``), with a
+    ``<c>c.`` prefix for a compute instance smaller than its GPU instance (``1c.3g.40gb``)."""
+    base = f"{gi_slices}g.{gb}gb{attribute}"
+    if ci_slices is not None and ci_slices != gi_slices:
+        return f"{ci_slices}c.{base}"
+    return base
 
 
 def _build() -> dict[str, tuple[MigProfile, ...]]:

@@ -7,9 +7,10 @@ allocation, the device plugin) reads only this.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import NewType
 
+from kubegpu.model.gpu import CATALOGUE, GpuModel
 from kubegpu.model.names import MAX_SUBDOMAIN, is_dns_subdomain
 from kubegpu.model.topology import Topology
 
@@ -20,6 +21,7 @@ __all__ = [
     "UUID_MAX",
     "Gpu",
     "GpuUuid",
+    "MigAttributes",
     "MigInstance",
     "Node",
     "NodeName",
@@ -79,18 +81,43 @@ def uuid_problem(uuid: str) -> str | None:
 
 
 @dataclass(frozen=True, kw_only=True)
+class MigAttributes:
+    """What NVML reports for one MIG device (``nvmlDeviceGetAttributes``): GFD's MIG label values."""
+
+    memory_mib: int  # memorySizeMB (NVML's "MB" are MiB)
+    multiprocessors: int
+    gi_slices: int
+    ci_slices: int
+    copy_engines: int = 0
+    decoders: int = 0
+    encoders: int = 0
+    jpegs: int = 0
+    ofas: int = 0
+
+
+@dataclass(frozen=True, kw_only=True)
 class MigInstance:
-    """One MIG GPU instance (with its full-size compute instance) on a parent GPU."""
+    """One MIG GPU instance (with its full-size compute instance) on a parent GPU; ``attributes`` are
+    NVML's for a real GPU, ``None`` for a simulated one (the catalogue's profile then stands in)."""
 
     profile: str
     start_slot: int
     uuid: GpuUuid
     gi_index: int
+    # NVML's description of the instance, not its identity: left out of comparisons
+    attributes: MigAttributes | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True, kw_only=True)
 class Gpu:
-    """One physical GPU; ``model`` is a catalogue name (``H100-80GB``)."""
+    """One physical GPU; ``model`` is a catalogue name (``H100-80GB``), or for a real GPU outside the
+    catalogue its NVML name made a key (``RTX-PRO-6000``).
+
+    On a real GPU NVML is the source of truth: ``product`` is its name as ``nvmlDeviceGetName`` gives it
+    (``NVIDIA L4``), ``compute_capability`` what ``nvmlDeviceGetCudaComputeCapability`` answers and
+    ``mig_capable`` whether ``nvmlDeviceGetMigMode`` is supported. Left at their defaults (a simulated
+    GPU) they come from the catalogue model (``product_name``, ``capability``, ``can_mig``).
+    """
 
     index: int
     uuid: GpuUuid
@@ -100,15 +127,58 @@ class Gpu:
     pci_bus_id: str
     mig_enabled: bool = False
     mig_instances: tuple[MigInstance, ...] = ()
+    # What NVML says of the GPU (see above); descriptions, not identity: left out of comparisons, so
+    # a GPU read through NVML equals the simulated one it was made from.
+    product: str = field(default="", compare=False)
+    compute_capability: tuple[int, int] | None = field(default=None, compare=False)
+    mig_capable: bool | None = field(default=None, compare=False)
+    # The PCI class code from sysfs (0x030200 a 3D controller: compute; 0x030000 VGA: graphics); None
+    # where it was not read (a simulated GPU, or sysfs did not say)
+    pci_class: int | None = field(default=None, compare=False)
+
+    def _catalogued(self) -> GpuModel | None:
+        return CATALOGUE.get(self.model)
+
+    @property
+    def product_name(self) -> str:
+        """NVML's name of the GPU (``NVIDIA H100 80GB HBM3``): NVML's own, else the catalogue's, else
+        the model key."""
+        if self.product:
+            return self.product
+        model = self._catalogued()
+        return model.product if model is not None else self.model
+
+    @property
+    def capability(self) -> tuple[int, int] | None:
+        """The CUDA compute capability: NVML's, else the catalogue's, else unknown."""
+        if self.compute_capability is not None:
+            return self.compute_capability
+        model = self._catalogued()
+        return model.compute_capability if model is not None else None
+
+    @property
+    def can_mig(self) -> bool:
+        """Whether the GPU supports MIG: NVML's answer, else the catalogue's."""
+        if self.mig_capable is not None:
+            return self.mig_capable
+        model = self._catalogued()
+        return model is not None and model.mig_capable
 
 
 @dataclass(frozen=True, kw_only=True)
 class Node:
-    """A node's GPUs in index order and, when known, the topology between them."""
+    """A node's GPUs in index order and, when known, the topology between them; a simulated node may
+    name a driver version (``550.54.15``), CUDA driver API version (``12.4``) and machine type as a
+    real one has."""
 
     name: str
     gpus: tuple[Gpu, ...]
     topology: Topology | None
+    driver_version: str = ""
+    cuda_version: str | None = None
+    # The machine's type as DMI names it (``/sys/class/dmi/id/product_name``: ``DGX H100``), "unknown"
+    # where it cannot be read, None where not known at all (a spec without ``machine``)
+    machine: str | None = None
 
 
 def uuid_aliases(node: Node) -> dict[str, int]:

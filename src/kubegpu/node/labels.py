@@ -3,7 +3,10 @@
 ``node_labels`` is a pure function of the ``Node`` (its GPUs and topology), how the device plugin
 advertises them (``LabelInputs``: MIG strategy and sharing, resolved from the agent's config), the
 driver and CUDA versions when known, and an injected timestamp; ``kubegpu labels`` and the agent both
-call it, so what the command prints is what the agent writes. Formats follow GFD v0.20.0
+call it, so what the command prints is what the agent writes. A node's own driver and CUDA versions
+(NVML's, or a node spec's) are used when none are given. Values come from NVML on a real GPU (its
+name, compute capability, MIG capability, each MIG device's attributes: ``Gpu``) and from the
+catalogue on a simulated one. Formats follow GFD v0.20.0
 (its README's label list; ``docs/node.md``): the product name sanitised and joined with ``-``,
 ``-SHARED`` when the GPUs are replicated under their own name, memory in MiB, the family from the
 compute capability, ``mig.strategy`` absent for ``none``, one ``mig-<profile>.*`` family per profile
@@ -23,9 +26,8 @@ from dataclasses import dataclass, field
 from enum import Enum
 
 from kubegpu.errors import InputError
-from kubegpu.model.gpu import GpuModel, gpu_model
 from kubegpu.model.mig import profile as mig_profile
-from kubegpu.model.node import Gpu, Node
+from kubegpu.model.node import Gpu, MigAttributes, Node
 
 __all__ = [
     "GFD_PREFIX",
@@ -102,16 +104,9 @@ def gpu_family(major: int, minor: int) -> str:
     }.get(major, "undefined")
 
 
-def _model(gpu: Gpu) -> GpuModel | None:
-    try:
-        return gpu_model(gpu.model)
-    except InputError:
-        return None
-
-
 def _product(gpu: Gpu) -> str:
-    model = _model(gpu)
-    return sanitise(model.product if model is not None else gpu.model)
+    """GFD's product: NVML's name sanitised (``NVIDIA L4`` -> ``NVIDIA-L4``)."""
+    return sanitise(gpu.product_name)
 
 
 def _versions(versions: DriverVersions | None) -> dict[str, str]:
@@ -151,7 +146,6 @@ def _sharing_of(resource: str, inputs: LabelInputs) -> tuple[int, str, bool]:
 def _full_gpu_labels(gpus: list[Gpu], inputs: LabelInputs, *, all_mig: bool) -> dict[str, str]:
     """``gpu.*`` of the node's (first) model; MIG-enabled full GPUs are listed with 0 replicas."""
     first = gpus[0]
-    model = _model(first)
     count = sum(1 for g in gpus if g.model == first.model)
     out: dict[str, str] = {"gpu.count": str(count)}
     if all_mig:
@@ -163,8 +157,9 @@ def _full_gpu_labels(gpus: list[Gpu], inputs: LabelInputs, *, all_mig: bool) -> 
     out["gpu.sharing-strategy"] = strategy
     if first.memory_mib > 0:
         out["gpu.memory"] = str(first.memory_mib)
-    if model is not None and model.compute_capability[0] > 0:
-        major, minor = model.compute_capability
+    capability = first.capability
+    if capability is not None and capability[0] > 0:
+        major, minor = capability
         out |= {
             "gpu.family": gpu_family(major, minor),
             "gpu.compute.major": str(major),
@@ -173,9 +168,28 @@ def _full_gpu_labels(gpus: list[Gpu], inputs: LabelInputs, *, all_mig: bool) -> 
     return out
 
 
+def _nvml_attributes(gpus: list[Gpu], name: str) -> MigAttributes | None:
+    """NVML's attributes of a MIG device of profile ``name`` (a real GPU's), if any."""
+    for g in gpus:
+        for m in g.mig_instances:
+            if m.profile == name and m.attributes is not None:
+                return m.attributes
+    return None
+
+
 def _mig_profile_labels(
-    prefix: str, gpu: Gpu, name: str, *, count: int, inputs: LabelInputs, resource: str
+    prefix: str,
+    gpu: Gpu,
+    name: str,
+    *,
+    count: int,
+    inputs: LabelInputs,
+    resource: str,
+    attributes: MigAttributes | None = None,
 ) -> dict[str, str]:
+    """One MIG resource's labels; ``.memory``, ``.multiprocessors``, ``.slices.*`` and ``.engines.*``
+    from NVML's attributes of its MIG devices on a real GPU, as GFD reads them, else from the catalogue
+    profile of a simulated one (which knows no engine counts)."""
     replicas, strategy, shared = _sharing_of(resource, inputs)
     suffix = name.replace("+", ".")
     out = {
@@ -184,6 +198,20 @@ def _mig_profile_labels(
         f"{prefix}.replicas": str(replicas),
         f"{prefix}.sharing-strategy": strategy,
     }
+    if attributes is not None:
+        if attributes.memory_mib > 0:
+            out[f"{prefix}.memory"] = str(attributes.memory_mib)
+        out |= {
+            f"{prefix}.multiprocessors": str(attributes.multiprocessors),
+            f"{prefix}.slices.gi": str(attributes.gi_slices),
+            f"{prefix}.slices.ci": str(attributes.ci_slices),
+            f"{prefix}.engines.copy": str(attributes.copy_engines),
+            f"{prefix}.engines.decoder": str(attributes.decoders),
+            f"{prefix}.engines.encoder": str(attributes.encoders),
+            f"{prefix}.engines.jpeg": str(attributes.jpegs),
+            f"{prefix}.engines.ofa": str(attributes.ofas),
+        }
+        return out
     try:
         prof = mig_profile(gpu.model, name)
     except InputError:
@@ -207,7 +235,13 @@ def _mig_labels(gpus: list[Gpu], inputs: LabelInputs) -> dict[str, str]:
             resource = "nvidia.com/mig-" + name.replace("+", ".")
             prefix = "mig-" + name.replace("+", ".")
             out |= _mig_profile_labels(
-                prefix, parent, name, count=counts[name], inputs=inputs, resource=resource
+                prefix,
+                parent,
+                name,
+                count=counts[name],
+                inputs=inputs,
+                resource=resource,
+                attributes=_nvml_attributes(mig_gpus, name),
             )
         return out
     # single: MIG devices are nvidia.com/gpu and override the gpu.* values
@@ -227,10 +261,30 @@ def _mig_labels(gpus: list[Gpu], inputs: LabelInputs) -> dict[str, str]:
     (name,) = names
     count = sum(len(g.mig_instances) for g in mig_gpus)
     single = _mig_profile_labels(
-        "gpu", mig_gpus[0], name, count=count, inputs=inputs, resource="nvidia.com/gpu"
+        "gpu",
+        mig_gpus[0],
+        name,
+        count=count,
+        inputs=inputs,
+        resource="nvidia.com/gpu",
+        attributes=_nvml_attributes(mig_gpus, name),
     )
     out |= single
     return out
+
+
+_PCI_3D_CONTROLLER = 0x030200
+_PCI_VGA_CONTROLLER = 0x030000
+
+
+def _gpu_mode(gpus: list[Gpu]) -> str:
+    """GFD's ``gpu.mode``: ``compute`` when every GPU is a 3D controller, ``graphics`` when every one
+    is a VGA controller, else ``unknown`` (mixed classes, or one unread). Simulated GPUs (no class
+    read, no NVML name) are the catalogue's data-centre boards: 3D controllers."""
+    classes = {g.pci_class if g.pci_class is not None or g.product else _PCI_3D_CONTROLLER for g in gpus}
+    if len(classes) != 1:
+        return "unknown"
+    return {_PCI_3D_CONTROLLER: "compute", _PCI_VGA_CONTROLLER: "graphics"}.get(classes.pop() or 0, "unknown")
 
 
 def _topology_labels(node: Node) -> dict[str, str]:
@@ -259,14 +313,21 @@ def node_labels(
     gfd: dict[str, str] = {"gpu.present": "true"}
     if timestamp is not None:
         gfd["gfd.timestamp"] = str(timestamp)
+    if versions is None and node.driver_version:
+        versions = DriverVersions(driver=node.driver_version, cuda=node.cuda_version)
     gfd |= _versions(versions)
-    gfd["mig.capable"] = (
-        "true" if any((m := _model(g)) is not None and m.mig_capable for g in gpus) else "false"
-    )
+    gfd["mig.capable"] = "true" if any(g.can_mig for g in gpus) else "false"
     mps_capable = inputs.sharing is SharingMode.MPS and not any(g.mig_enabled for g in gpus)
     gfd["mps.capable"] = "true" if mps_capable else "false"
+    if node.machine is not None:
+        gfd["gpu.machine"] = sanitise(node.machine) or "unknown"
+    gfd["gpu.mode"] = _gpu_mode(gpus)
+    # kubegpu does not detect vGPU guests (GFD reads vGPU capabilities from PCI config space): a
+    # deliberate difference, docs/compat.md
+    gfd["vgpu.present"] = "false"
     if inputs.mig is MigMode.NONE:
-        gfd |= _full_gpu_labels(gpus, inputs, all_mig=False)
+        # As GFD: MIG-enabled GPUs are listed with 0 replicas, so an all-MIG node has gpu.replicas=0.
+        gfd |= _full_gpu_labels(gpus, inputs, all_mig=all(g.mig_enabled for g in gpus))
     else:
         gfd |= _mig_labels(gpus, inputs)
         gfd["mig.strategy"] = inputs.mig.value

@@ -30,8 +30,9 @@ from kubegpu.backoff import Backoff, describe
 from kubegpu.errors import KubegpuError, SourceError
 from kubegpu.model.event import GpuEvent, GpuEventKind
 from kubegpu.model.gpu import CATALOGUE, GpuModel
+from kubegpu.model.mig import GI_PROFILE_SHAPES, nvidia_memory_gb, nvidia_profile_name
 from kubegpu.model.mig import profiles as mig_profiles
-from kubegpu.model.node import Gpu, GpuUuid, MigInstance, Node, sysfs_bus_id
+from kubegpu.model.node import Gpu, GpuUuid, MigAttributes, MigInstance, Node, sysfs_bus_id
 from kubegpu.model.sample import GpuSample, MemoryUse
 from kubegpu.model.topology import Link, LinkKind, Topology
 
@@ -197,7 +198,8 @@ def _text(value: object) -> str:
 
 
 def _catalogue(product: str) -> tuple[str, GpuModel | None]:
-    """The catalogue entry whose NVML product name is ``product``, else the bare product name."""
+    """The catalogue entry whose NVML product name is ``product``, else a model key made of the name
+    (``NVIDIA RTX PRO 6000`` -> ``RTX-PRO-6000``); what is labelled comes from NVML either way."""
     for key, model in CATALOGUE.items():
         if model.product == product:
             return key, model
@@ -223,6 +225,23 @@ def _numa_node(bus_id: str, sysfs: Path) -> int | None:
     except OSError:
         return None
     return int(online) if online.isdigit() else None
+
+
+def _pci_class(bus_id: str, sysfs: Path) -> int | None:
+    """The GPU's PCI class code from sysfs (``0x030200``: a 3D controller), as GFD reads it for
+    ``gpu.mode``; None where sysfs does not say."""
+    try:
+        return int((sysfs / "bus/pci/devices" / sysfs_bus_id(bus_id) / "class").read_text().strip(), 16)
+    except (OSError, ValueError):
+        return None
+
+
+def _machine_type(sysfs: Path) -> str:
+    """The machine's type as GFD reads it (DMI's product name), ``unknown`` where it cannot be read."""
+    try:
+        return (sysfs / "class/dmi/id/product_name").read_text(encoding="utf-8", errors="replace").strip()
+    except OSError:
+        return "unknown"
 
 
 _EVENT_NAMES = {
@@ -308,38 +327,72 @@ class NvmlSource:
         return driver, f"{cuda_int // 1000}.{(cuda_int % 1000) // 10}"
 
     @staticmethod
-    def _profile_name(model: str, slices: int, memory_mb: int, gi_profile_id: int | None) -> str:
-        """The catalogue name of a MIG instance: by NVML's GPU-instance profile ID when known (exact,
-        ``+me`` included), else the profile of that slice count nearest in memory (``7g.80gb`` reports
-        79.25 GiB); ``<slices>g.<GiB>gb`` for models without MIG profiles in the catalogue."""
+    def _catalogue_profile(model: str, slices: int, memory_mb: int) -> str:
+        """The fallback name of a MIG instance whose GPU-instance profile NVML does not say: the
+        catalogue profile of that slice count nearest in memory, else ``<slices>g.<GiB>gb``."""
         try:
-            known = [p for p in mig_profiles(model) if p.compute_slices == slices]
+            known = [p for p in mig_profiles(model) if p.compute_slices == slices and not p.media_extensions]
         except KubegpuError:
             known = []
-        exact = [p for p in known if p.gi_profile_id == gi_profile_id]
-        if exact:
-            return exact[0].name
-        plain = [p for p in known if not p.media_extensions]
-        if plain:
-            return min(plain, key=lambda p: abs(p.memory_gb * 1024 - memory_mb)).name
+        if known:
+            return min(known, key=lambda p: abs(p.memory_gb * 1024 - memory_mb)).name
         return f"{slices}g.{round(memory_mb / 1024)}gb"
 
-    def _mig_instances(self, handle: Any, model: str = "") -> tuple[bool, tuple[MigInstance, ...]]:
+    def _gi_constants(self, handle: Any) -> dict[int, int]:
+        """NVML's GPU-instance profile ``id`` -> its profile constant (``NVML_GPU_INSTANCE_PROFILE_*``)
+        for every profile the GPU has: the constant names the profile's attribute (``+me``...)."""
+        nv = self._nvml
+        found: dict[int, int] = {}
+        for constant in GI_PROFILE_SHAPES:
+            try:
+                info = nv.nvmlDeviceGetGpuInstanceProfileInfo(handle, constant)
+            except nv.NVMLError:
+                continue  # a profile this GPU does not have
+            except (AttributeError, TypeError):
+                break
+            found.setdefault(int(info.id), constant)
+        return found
+
+    @staticmethod
+    def _attributes(attrs: Any) -> MigAttributes:
+        gi_slices = int(attrs.gpuInstanceSliceCount)
+        return MigAttributes(
+            memory_mib=int(attrs.memorySizeMB),
+            multiprocessors=int(getattr(attrs, "multiprocessorCount", 0)),
+            gi_slices=gi_slices,
+            ci_slices=int(getattr(attrs, "computeInstanceSliceCount", gi_slices)),
+            copy_engines=int(getattr(attrs, "sharedCopyEngineCount", 0)),
+            decoders=int(getattr(attrs, "sharedDecoderCount", 0)),
+            encoders=int(getattr(attrs, "sharedEncoderCount", 0)),
+            jpegs=int(getattr(attrs, "sharedJpegCount", 0)),
+            ofas=int(getattr(attrs, "sharedOfaCount", 0)),
+        )
+
+    def _mig_instances(
+        self, handle: Any, model: str = "", total_bytes: int = 0
+    ) -> tuple[bool | None, bool, tuple[MigInstance, ...]]:
+        """(MIG-capable, MIG enabled, instances). Capable as NVIDIA decides it: the MIG mode query is
+        supported (``None`` when it fails otherwise: unknown). Each instance is named as NVIDIA names it
+        (``nvidia_profile_name``): slices and memory from its MIG device's attributes, the attribute
+        (``+me``) from its GPU-instance profile, the GB figure from its memory and the GPU's total."""
         nv = self._nvml
         try:
             current, _pending = nv.nvmlDeviceGetMigMode(handle)
-        except nv.NVMLError:
-            return False, ()
+        except nv.NVMLError as exc:
+            return (False if getattr(exc, "value", None) == 3 else None), False, ()
+        except AttributeError:
+            return None, False, ()
         if current != nv.NVML_DEVICE_MIG_ENABLE:
-            return False, ()
+            return True, False, ()
         instances = []
         unplaced: list[str] = []
+        constants: dict[int, int] | None = None
         for j in range(self._call("max MIG device count", nv.nvmlDeviceGetMaxMigDeviceCount, handle)):
             try:
                 mig = nv.nvmlDeviceGetMigDeviceHandleByIndex(handle, j)
             except nv.NVMLError:
                 continue
-            attrs = self._call("MIG attributes", nv.nvmlDeviceGetAttributes, mig)
+            attrs = self._attributes(self._call("MIG attributes", nv.nvmlDeviceGetAttributes, mig))
             gi_id = int(self._call("GPU instance id", nv.nvmlDeviceGetGpuInstanceId, mig))
             start, gi_profile = 0, None
             try:
@@ -353,20 +406,45 @@ class NvmlSource:
                 unplaced.append(f"GPU instance {gi_id}: {explain(exc)}")
             except (AttributeError, TypeError, ValueError):
                 pass
-            slices, memory_mb = int(attrs.gpuInstanceSliceCount), int(attrs.memorySizeMB)
-            profile = self._profile_name(model, slices, memory_mb, gi_profile)
+            gb = nvidia_memory_gb(total_bytes, attrs.memory_mib)
+            if gi_profile is not None and gb > 0:
+                if constants is None:
+                    constants = self._gi_constants(handle)
+                constant = constants.get(gi_profile)
+                attribute = GI_PROFILE_SHAPES[constant][1] if constant is not None else ""
+                profile = nvidia_profile_name(
+                    attrs.gi_slices, gb, attribute=attribute, ci_slices=attrs.ci_slices
+                )
+            elif gb > 0:
+                profile = nvidia_profile_name(attrs.gi_slices, gb, ci_slices=attrs.ci_slices)
+            else:
+                profile = self._catalogue_profile(model, attrs.gi_slices, attrs.memory_mib)
             uuid = GpuUuid(_text(self._call("MIG UUID", nv.nvmlDeviceGetUUID, mig)))
-            instances.append(MigInstance(profile=profile, start_slot=start, uuid=uuid, gi_index=gi_id))
+            instances.append(
+                MigInstance(profile=profile, start_slot=start, uuid=uuid, gi_index=gi_id, attributes=attrs)
+            )
         if unplaced:
             log.warning(
                 "MIG instance placements unreadable: their start slots are reported as 0 (run the agent "
                 "privileged, as NVML requires for GPU-instance queries)",
                 extra={"instances": unplaced},
             )
-        return True, tuple(instances)
+        return True, True, tuple(instances)
+
+    def _compute_capability(self, handle: Any) -> tuple[int, int] | None:
+        nv = self._nvml
+        try:
+            major, minor = nv.nvmlDeviceGetCudaComputeCapability(handle)
+        except (nv.NVMLError, AttributeError, TypeError, ValueError) as exc:
+            log.info("NVML gives no compute capability", extra={"error": str(exc)})
+            return None
+        return int(major), int(minor)
 
     def read_node(self, name: str) -> Node:
-        """Every GPU with UUID, model, memory, PCI bus, NUMA node, MIG instances, plus the topology."""
+        """Every GPU with UUID, model, memory, PCI bus, NUMA node, MIG instances, plus the topology.
+
+        NVML is the source of truth for each GPU: its name, memory, compute capability, MIG capability
+        and MIG instances (names, memory, SMs, engines); the catalogue only names the model."""
         nv = self._nvml
         count = int(self._call("device count", nv.nvmlDeviceGetCount))
         gpus = []
@@ -375,8 +453,10 @@ class NvmlSource:
             handle = self._call(f"handle of GPU {i}", nv.nvmlDeviceGetHandleByIndex, i)
             self._handles.append(handle)
             bus = _text(self._call("PCI info", nv.nvmlDeviceGetPciInfo, handle).busId)
-            model_name, model = _catalogue(_text(self._call("name", nv.nvmlDeviceGetName, handle)))
-            mig_enabled, instances = self._mig_instances(handle, model_name)
+            product = _text(self._call("name", nv.nvmlDeviceGetName, handle))
+            model_name, model = _catalogue(product)
+            total = int(self._call("memory", nv.nvmlDeviceGetMemoryInfo, handle).total)
+            capable, mig_enabled, instances = self._mig_instances(handle, model_name, total)
             if model is not None:
                 self._model = model
             gpus.append(
@@ -384,14 +464,20 @@ class NvmlSource:
                     index=i,
                     uuid=GpuUuid(_text(self._call("UUID", nv.nvmlDeviceGetUUID, handle))),
                     model=model_name,
-                    memory_mib=int(self._call("memory", nv.nvmlDeviceGetMemoryInfo, handle).total) // 2**20,
+                    memory_mib=total // 2**20,
                     numa_node=_numa_node(bus, self._sysfs),
                     pci_bus_id=bus,
                     mig_enabled=mig_enabled,
                     mig_instances=instances,
+                    product=product,
+                    compute_capability=self._compute_capability(handle),
+                    mig_capable=capable,
+                    pci_class=_pci_class(bus, self._sysfs),
                 )
             )
-        return Node(name=name, gpus=tuple(gpus), topology=self._topology(gpus))
+        return Node(
+            name=name, gpus=tuple(gpus), topology=self._topology(gpus), machine=_machine_type(self._sysfs)
+        )
 
     def _nvlinks(self, handle: Any) -> tuple[dict[str, int], int]:
         """NVLink lanes per peer bus id, and lanes that go to an NVSwitch."""

@@ -50,7 +50,10 @@ _EXPONENT_RE = re.compile(r"[-+]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)[eE][-+]?[0-9]+")
 # 16 TiB per GPU: a B200 has 192 GB; anything beyond is a typo, not a GPU.
 MAX_MEMORY_MIB = 2**24
 
-_TOP_KEYS = {"name", "description", "gpus", "topology"}
+_TOP_KEYS = {"name", "description", "gpus", "topology", "driver", "cuda", "machine"}
+# What NVML reports: a driver version ``550.54.15`` (``X.Y[.Z]``) and a CUDA driver API version ``12.4``.
+_DRIVER_RE = re.compile(r"[0-9]{1,4}\.[0-9]{1,4}(?:\.[0-9]{1,4})?")
+_CUDA_RE = re.compile(r"[0-9]{1,3}\.[0-9]{1,3}")
 _GPU_KEYS = {"model", "count", "numa", "uuid", "memory_mib", "pci_bus_id", "mig"}
 _TOPO_KEYS = {"tiers", "matrix", "costs"}
 _TIER_KEYS = {"link", "groups", "cost"}
@@ -116,8 +119,8 @@ def load_node(source: str, *, node_name: str | None = None, gpu_model_name: str 
 def load_reading(
     source: str, *, node_name: str | None = None, gpu_model_name: str | None = None
 ) -> HostReading:
-    """``load_node``'s node with the driver and CUDA versions: NVML's for ``nvml``, none ("", None)
-    for a spec or capture (they name no driver)."""
+    """``load_node``'s node with the driver and CUDA versions: NVML's for ``nvml``, a node spec's
+    ``driver``/``cuda`` keys for a spec, none ("", None) for a spec without them or a capture."""
     if source == NVML_SOURCE:
         if gpu_model_name is not None:
             raise SpecError("nvml: NVML names the GPU models itself; --gpu-model is for nvidia-smi captures")
@@ -125,7 +128,7 @@ def load_reading(
 
         return read_host(node_name or host_node_name())
     node = _load_described(source, node_name=node_name, gpu_model_name=gpu_model_name)
-    return HostReading(node=node, driver="", cuda=None)
+    return HostReading(node=node, driver=node.driver_version, cuda=node.cuda_version)
 
 
 def _load_described(source: str, *, node_name: str | None, gpu_model_name: str | None) -> Node:
@@ -450,4 +453,31 @@ def parse_spec(text: str, *, origin: str = "<spec>", node_name: str | None = Non
         raise doc.error(("name",), f"{shorten(name)} {problem}", SpecError)
     gpus = _gpus(doc, name)
     topology = _topology(doc, gpus)
-    return Node(name=name, gpus=tuple(gpus), topology=topology)
+    driver, cuda = _versions(doc)
+    machine = doc.data.get("machine")
+    if machine is not None and not isinstance(machine, str):
+        what = f"machine {shorten(machine)} is not text (DMI's product name)"
+        raise doc.error(("machine",), what, SpecError)
+    return Node(
+        name=name,
+        gpus=tuple(gpus),
+        topology=topology,
+        driver_version=driver,
+        cuda_version=cuda,
+        machine=machine,
+    )
+
+
+def _versions(doc: LocatedDoc) -> tuple[str, str | None]:
+    """The spec's ``driver`` (``550.54.15``) and ``cuda`` (``12.4``), as NVML would report them; a CUDA
+    version needs a driver (NVML gives both or neither)."""
+    driver, cuda = doc.data.get("driver"), doc.data.get("cuda")
+    if driver is not None and not (isinstance(driver, str) and _DRIVER_RE.fullmatch(driver)):
+        what = f'driver {shorten(driver)} is not a driver version like "550.54.15" (quote it in YAML)'
+        raise doc.error(("driver",), what, SpecError)
+    if cuda is not None and not (isinstance(cuda, str) and _CUDA_RE.fullmatch(cuda)):
+        what = f'cuda {shorten(cuda)} is not a CUDA version like "12.4" (quote it in YAML)'
+        raise doc.error(("cuda",), what, SpecError)
+    if cuda is not None and driver is None:
+        raise doc.error(("cuda",), "a CUDA version needs the driver version too (driver: ...)", SpecError)
+    return (driver or ""), cuda

@@ -34,7 +34,7 @@ def test_labels_follow_the_config_file(cli: Runner, tmp_path: Path) -> None:
 
 def test_labels_table_and_errors(cli: Runner, tmp_path: Path) -> None:
     res = cli("labels", "builtin:seed-8gpu")
-    assert res.code == 0 and "nvidia.com/gpu.memory" in res.out and "81920" in res.out
+    assert res.code == 0 and "nvidia.com/gpu.memory" in res.out and "81559" in res.out  # NVML's total
     bad = cli("labels", "builtin:nope")
     assert bad.code == 2 and bad.err.startswith("kubegpu: error:") and "Traceback" not in bad.err
     cfg = tmp_path / "bad.yaml"

@@ -83,14 +83,14 @@ def test_volume_mounts_directory_names_the_devices(smi, tmp_path: Path) -> None:
 def test_query_gpu_csv_reports_the_specs_memory(smi) -> None:
     res = smi(UUIDS[1], "--query-gpu=index,name,uuid,memory.total", "--format=csv,noheader,nounits")
     assert res.returncode == 0, res.stderr
-    assert res.stdout.splitlines() == [f"0, NVIDIA H100 80GB HBM3, {UUIDS[1]}, 81920"]
+    assert res.stdout.splitlines() == [f"0, NVIDIA H100 80GB HBM3, {UUIDS[1]}, 81559"]  # NVML's total
     res = smi(UUIDS[1], "--query-gpu=uuid,memory.total", "--format=csv")
-    assert res.stdout.splitlines() == ["uuid, memory.total", f"{UUIDS[1]}, 81920 MiB"]
+    assert res.stdout.splitlines() == ["uuid, memory.total", f"{UUIDS[1]}, 81559 MiB"]
 
 
 def test_plain_table_and_unknown_arguments(smi) -> None:
     table = smi(UUIDS[0]).stdout
-    assert UUIDS[0] in table and "81920 MiB" in table and UUIDS[1] not in table
+    assert UUIDS[0] in table and "81559 MiB" in table and UUIDS[1] not in table
     res = smi(UUIDS[0], "--bogus")
     assert res.returncode == 2 and "unsupported" in res.stderr
 

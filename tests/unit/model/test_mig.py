@@ -8,8 +8,18 @@ from kubegpu.errors import InputError, MigLayoutError
 from kubegpu.model.mig import mig_models, profile, profiles, validate_layout
 
 
-def test_catalogue_covers_the_four_mig_models_with_seven_profiles_each() -> None:
-    assert set(mig_models()) == {"A100-40GB", "A100-80GB", "H100-80GB", "H200-141GB"}
+def test_catalogue_covers_the_mig_models_with_seven_profiles_each() -> None:
+    assert set(mig_models()) == {
+        "A100-40GB",
+        "A100-80GB",
+        "A100-PCIe-40GB",
+        "A100-PCIe-80GB",
+        "H100-80GB",
+        "H100-PCIe",
+        "H100-NVL",
+        "H200-141GB",
+        "B200",
+    }
     for model in mig_models():
         assert len(profiles(model)) == 7
 

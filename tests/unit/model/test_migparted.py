@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from kubegpu.errors import MigLayoutError
+from kubegpu.model.mig import mig_models
 from kubegpu.model.migparted import (
     PCI_SKUS,
     CheckStatus,
@@ -157,7 +158,9 @@ def test_a_compute_instance_prefix_places_its_gpu_instance_and_may_not_exceed_it
 def test_entry_models_follow_the_pci_table_and_skip_ids_without_a_model() -> None:
     assert entry_models(entry({}, device_filter=(A100_40, H100_PCIE))) == ("A100-40GB", "H100-80GB")
     assert entry_models(entry({}, device_filter=(A30,))) == ()
-    assert entry_models(entry({})) == ("A100-40GB", "A100-80GB", "H100-80GB", "H200-141GB")
+    # a filter-free entry is for every MIG model of the catalogue (grown with issue 56)
+    assert entry_models(entry({})) == mig_models()
+    assert entry_models(entry({}))[:4] == ("A100-40GB", "A100-80GB", "H100-80GB", "H200-141GB")
 
 
 def test_every_pci_table_id_is_nvidias_vendor_and_maps_to_a_mig_model_or_none() -> None:

@@ -45,13 +45,17 @@ def test_the_seed_machine_has_gfds_example_a_labels() -> None:
         "nvidia.com/gpu.compute.minor": "0",
         "nvidia.com/gpu.count": "8",
         "nvidia.com/gpu.family": "hopper",
-        "nvidia.com/gpu.memory": "81920",
+        # NVML's total, as in GFD's published output for this GPU (the catalogue's nominal 81920 until
+        # issue 56)
+        "nvidia.com/gpu.memory": "81559",
         "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3",
         "nvidia.com/gpu.replicas": "1",
         "nvidia.com/gpu.sharing-strategy": "none",
         "nvidia.com/mig.capable": "true",
         "nvidia.com/mps.capable": "false",
         "nvidia.com/gpu.present": "true",
+        "nvidia.com/gpu.mode": "compute",  # GFD's example has these two too (issue 56)
+        "nvidia.com/vgpu.present": "false",
         "kubegpu.io/nvlink-domains": "2",
         "kubegpu.io/nvlink-domain-size.max": "4",
         "kubegpu.io/nvlink-domain-size.min": "4",

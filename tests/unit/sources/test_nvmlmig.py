@@ -100,7 +100,7 @@ class FakeMigNvml(FakeNvml):
     # -- GPU instances ----------------------------------------------------------------------------
 
     def nvmlDeviceGetGpuInstanceProfileInfo(self, h: int, constant: int) -> SimpleNamespace:
-        if self.mode[h] != 1:
+        if self.mode[h] != 1 or constant not in CONSTANT_TO_ID:  # NVML: a profile the GPU lacks
             raise NVMLError(NOT_SUPPORTED)
         return SimpleNamespace(id=CONSTANT_TO_ID[constant])
 
