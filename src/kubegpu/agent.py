@@ -43,6 +43,10 @@
     ``kubegpu extender`` chose for its pod (``deviceplugin/shares.py``, docs/extender.md); the hand-outs
     are kept in ``<plugin dir>/kubegpu-state/shares.json``. The node labels' apply also publishes the
     GPUs' UUIDs (annotation ``kubegpu.io/gpu-uuids``), fractional or not.
+16. under ``cdi-cri`` / ``cdi-annotations`` it writes the CDI spec of its devices into
+    ``kubegpu.cdiSpecDir`` before serving, rewrites it when a reload changes it and removes it on stop
+    (``deviceplugin/cdi.py``; docs/agent.md "The CDI spec"); MIG devices get their nvidia-caps nodes
+    from ``/proc/driver/nvidia-caps/mig-minors`` (``KUBEGPU_PROC_ROOT`` stands for /proc in tests).
 
 The plugin directory is made absolute once, when the agent is built (gRPC's ``unix://`` needs it).
 """
@@ -64,9 +68,17 @@ from typing import TYPE_CHECKING
 
 from kubegpu.backoff import Backoff, describe
 from kubegpu.deviceplugin import nvidia_smi
+from kubegpu.deviceplugin.cdi import (
+    AgentCdiSpec,
+    build_agent_spec,
+    find_driver_files,
+    read_mig_minors,
+    wants_spec,
+)
 from kubegpu.deviceplugin.config import AgentConfig, SharingKind, load_config
 from kubegpu.deviceplugin.inventory import GPU_RESOURCE, Inventory, Resource, ResourceKind, build_inventory
 from kubegpu.deviceplugin.kubelet_socket import SocketIdentity, socket_identity
+from kubegpu.deviceplugin.listsize import check_inventory
 from kubegpu.deviceplugin.plugin import ResourcePlugin
 from kubegpu.deviceplugin.response import MountSpec
 from kubegpu.deviceplugin.server import REGISTER_TIMEOUT_S, PluginServer, RpcObserver, register
@@ -74,6 +86,7 @@ from kubegpu.deviceplugin.sockets import make_dirs, too_long
 from kubegpu.echo import clip
 from kubegpu.errors import InputError, KubegpuError, RegistrationFailed, SourceError, UnknownGpuError
 from kubegpu.health.tracker import HealthTracker
+from kubegpu.model.cdi import MigMinors
 from kubegpu.model.event import GpuEvent
 from kubegpu.model.migplan import MigBackend
 from kubegpu.model.node import Node, uuid_aliases
@@ -169,6 +182,7 @@ class Agent:
         self._config_digest: str | None = None
         self._config_pending: tuple[object, ...] | None = None  # a new identity seen once, not yet loaded
         self._sim_mounts: tuple[MountSpec, ...] = ()
+        self._cdi = AgentCdiSpec()  # the CDI spec of the agent's devices (deviceplugin/cdi.py)
         self._probes: ProbeServer | None = None
         self._metrics: MetricsExporter | None = None
         self._hygiene: NodeHygiene | None = None
@@ -289,6 +303,30 @@ class Agent:
             for p in nvidia_smi.CONTAINER_PATHS
         )
 
+    def _mig_minors(self) -> MigMinors:
+        """The nvidia-caps minors of MIG devices; ``KUBEGPU_PROC_ROOT`` stands for /proc (tests)."""
+        return read_mig_minors(Path(self.options.env.get("KUBEGPU_PROC_ROOT") or "/proc"))
+
+    def _write_cdi_spec(self, inventory: Inventory, config: AgentConfig) -> None:
+        """Write (or remove) the CDI spec of ``inventory``'s devices as ``config`` says; ``OSError``."""
+        spec = None
+        if wants_spec(config):
+            files = find_driver_files(
+                config.nvidia_driver_root, config.nvidia_dev_root, seen_at=config.container_driver_root
+            )
+            spec, warnings = build_agent_spec(
+                inventory,
+                config,
+                files,
+                simulated=not self.options.use_nvml,
+                mounts=[(m.host_path, m.container_path) for m in self._sim_mounts],
+            )
+            for warning in warnings:
+                log.warning(warning)
+        path = self._cdi.apply(config, spec)
+        if path is not None:
+            log.info("CDI spec written", extra={"path": str(path), "kind": config.cdi_kind})
+
     def _server(self, plugin: ResourcePlugin) -> PluginServer:
         observer: RpcObserver | None = self._metrics.observe_rpc if self._metrics is not None else None
         return PluginServer(plugin, self.options.device_plugin_dir, observer=observer)
@@ -342,7 +380,8 @@ class Agent:
             self._init_failed(exc)
             node = Node(name=os.uname().nodename, gpus=(), topology=None)
         node = self._restore_mig_layout(node, config)
-        inventory = build_inventory(node, config)
+        inventory = build_inventory(node, config, mig_minors=self._mig_minors())
+        check_inventory(inventory)  # kubelet reads at most 4 MiB of ListAndWatch (issue 57)
         tracker = self._tracker(node, config)
         fault_file = self.options.fault_file
         if fault_file is not None and (fault_file.is_dir() or not fault_file.absolute().parent.is_dir()):
@@ -369,6 +408,15 @@ class Agent:
                 f"--device-plugin-dir {plugin_dir}: cannot write the simulated nvidia-smi: "
                 f"{exc.strerror or exc}"
             ) from exc
+        try:
+            self._write_cdi_spec(inventory, config)  # before any Allocate can name its devices
+        except OSError as exc:
+            raise InputError(
+                f"kubegpu.cdiSpecDir {config.cdi_spec_dir}: cannot write the CDI spec that "
+                f"{','.join(s.value for s in config.device_list_strategies)} needs: {exc.strerror or exc} "
+                '(mount the host\'s CDI directory, or set kubegpu.cdiSpecDir "" when another tool '
+                "writes the spec of kubegpu.cdiKind)"
+            ) from exc
         self._metrics = self._build_metrics(config)
         with self._lock:
             self.node, self.config, self.inventory, self.tracker = node, config, inventory, tracker
@@ -381,6 +429,7 @@ class Agent:
             except BaseException:
                 for slot in self._slots:
                     slot.server.stop(grace_s=0)
+                self._cdi.remove()
                 raise
         log.info(
             "agent started",
@@ -549,7 +598,7 @@ class Agent:
         if config is None:
             return "the agent has no config yet"
         try:
-            build_inventory(node, config)
+            check_inventory(build_inventory(node, config))
         except KubegpuError as exc:
             return str(exc)
         return None
@@ -840,7 +889,8 @@ class Agent:
         try:
             config = self._load_config() if new_node is None else self.config
             assert config is not None
-            inventory = build_inventory(node, config)
+            inventory = build_inventory(node, config, mig_minors=self._mig_minors())
+            check_inventory(inventory)
         except KubegpuError as exc:
             what = "config reload" if new_node is None else "the repartitioned node"
             log.error(f"{what} rejected; keeping the running config", extra={"error": str(exc)})
@@ -872,6 +922,15 @@ class Agent:
             log.error(
                 "config reload failed; keeping the running config and servers",
                 extra={"error": str(exc), "resource": str(slot.server.plugin.resource.name)},
+            )
+            return False
+        try:
+            self._write_cdi_spec(inventory, config)
+        except OSError as exc:
+            self._discard(fresh.values())
+            log.error(
+                "config reload failed: cannot write the CDI spec; keeping the running config and servers",
+                extra={"error": str(exc.strerror or exc), "dir": config.cdi_spec_dir},
             )
             return False
         with self._lock:
@@ -958,6 +1017,7 @@ class Agent:
         for slot in list(self._slots):  # a restart that raced with stop() is stopped too
             if slot.server.serving:
                 slot.server.stop(grace_s=0)
+        self._cdi.remove()
         if self._nvml_source is not None:
             self._nvml_source.close()
         log.info("agent stopped")

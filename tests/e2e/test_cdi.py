@@ -58,7 +58,9 @@ def test_a_cdi_device_named_by_the_device_plugin_is_injected_by_containerd(
             {
                 "version": "v1",
                 "flags": {"plugin": {"deviceListStrategy": "cdi-cri"}},
-                "kubegpu": {"cdiKind": KIND},
+                # the throwaway spec above declares KIND: the agent must not write its own as well
+                # (two specs declaring one device name make the runtime refuse it)
+                "kubegpu": {"cdiKind": KIND, "cdiSpecDir": ""},
             }
         )
     )

@@ -76,6 +76,9 @@ def start_agent(plugin_dir: Path) -> Iterator[Callable[..., AgentProcess]]:
 
     def start(*args: str, env: dict[str, str] | None = None) -> AgentProcess:
         full_env = {k: v for k, v in os.environ.items() if k != "CONFIG_FILE"}
+        # under the CDI strategies the agent writes its CDI spec: into this test's folder, never the
+        # machine's /var/run/cdi (a test may still give its own with env or --cdi-spec-dir)
+        full_env["KUBEGPU_CDI_SPEC_DIR"] = str(plugin_dir.parent / "cdi")
         full_env.update(env or {})
         proc = AgentProcess(
             ["--device-plugin-dir", str(plugin_dir), *args],

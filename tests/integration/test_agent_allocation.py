@@ -91,8 +91,9 @@ def test_allocate_response_per_device_list_and_id_strategy(kubelet: KubeletDoubl
     }
     [(key, value)] = response.annotations.items()
     assert key.startswith("cdi.example.com/nvidia-device-plugin_")
-    assert value == "nvidia.com/gpu=5,nvidia.com/gpu=4"
-    assert [d.name for d in response.cdi_devices] == ["nvidia.com/gpu=5", "nvidia.com/gpu=4"]
+    kind = "k8s.device-plugin.kubegpu.io/gpu"  # kubegpu's own kind, declared by the spec it writes
+    assert value == f"{kind}=5,{kind}=4"
+    assert [d.name for d in response.cdi_devices] == [f"{kind}=5", f"{kind}=4"]
     assert list(response.devices) == []  # passDeviceSpecs is off by default
 
 

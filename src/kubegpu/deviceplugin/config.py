@@ -20,7 +20,8 @@ The ``kubegpu:`` section (documented in docs/config.md)::
     kubegpu:
       allocationPolicy: topology        # topology | simple
       replicaPolicy: distributed        # distributed | packed (= flags.plugin.sharedDevicesAllocationPolicy)
-      cdiKind: nvidia.com/gpu           # CDI device kind used by cdi-annotations / cdi-cri
+      cdiKind: k8s.device-plugin.kubegpu.io/gpu  # CDI device kind used by cdi-annotations / cdi-cri
+      cdiSpecDir: /var/run/cdi          # where the agent writes its CDI spec ("": another tool does)
       preStartCheck: false              # ask kubelet for PreStartContainer; fail starts on unhealthy GPUs
       health:
         disabled: false
@@ -52,6 +53,7 @@ from kubegpu.errors import ConfigError
 from kubegpu.health.policy import EccAction, HealthPolicy, WatcherFailureAction
 from kubegpu.health.quarantine import EvictionPolicy, QuarantinePolicy, QuarantineSettings, TaintEffect
 from kubegpu.health.xid import DEFAULT_IGNORED_XIDS, XidPolicy
+from kubegpu.model.cdi import DEFAULT_AGENT_KIND
 from kubegpu.model.dra import DraGpus
 from kubegpu.model.migplan import MigManagerSettings
 from kubegpu.model.names import is_dns_subdomain
@@ -142,9 +144,8 @@ _SHARING_KEYS = {"renameByDefault", "failRequestsGreaterThanOne", "resources"}
 _SHARED_RESOURCE_KEYS = {"name", "replicas", "rename", "devices"}
 # Keys NVIDIA's v1 schema defines that kubegpu does not act on: accepted with a warning.
 _UNUSED_NVIDIA = {
-    "flags.useNodeFeatureAPI", "flags.deviceDiscoveryStrategy", "flags.gfd", "flags.driverRootCtrPath",
-    "flags.devRootCtrPath", "flags.plugin.nvidiaCTKPath", "flags.plugin.containerDriverRoot", "resources",
-    "imex",
+    "flags.useNodeFeatureAPI", "flags.deviceDiscoveryStrategy", "flags.gfd", "flags.devRootCtrPath",
+    "flags.plugin.nvidiaCTKPath", "resources", "imex",
 }  # fmt: skip
 
 
@@ -870,6 +871,18 @@ _NVIDIA_DEV_ROOT = Setting[str](
     flag="--nvidia-dev-root",
     default_from="nvidia_driver_root",
 )
+_CONTAINER_DRIVER_ROOT = Setting[str](
+    name="container_driver_root",
+    parse=_str,
+    default="",
+    help=(
+        "Where the agent sees the driver root when it runs in a pod that mounts it elsewhere; the CDI "
+        "spec's files are searched there and named by their host paths. Empty: at the driver root."
+    ),
+    file_keys=("flags.driverRootCtrPath", "flags.plugin.containerDriverRoot"),
+    env=(EnvVar("CONTAINER_DRIVER_ROOT"), EnvVar("DRIVER_ROOT_CTR_PATH")),
+    flag="--driver-root-ctr-path",
+)
 _MPS_ROOT = Setting[str](
     name="mps_root",
     parse=_str,
@@ -967,9 +980,21 @@ _ALLOCATION_POLICY = Setting[str](
 _CDI_KIND = Setting[str](
     name="cdi_kind",
     parse=_cdi_kind,
-    default="nvidia.com/gpu",
-    help="CDI device kind in cdi-annotations and cdi-cri device names.",
+    default=DEFAULT_AGENT_KIND,
+    help="CDI device kind in cdi-annotations and cdi-cri device names (the agent's own spec declares it).",
     file_keys=("kubegpu.cdiKind",),
+)
+_CDI_SPEC_DIR = Setting[str](
+    name="cdi_spec_dir",
+    parse=_str,
+    default="/var/run/cdi",
+    help=(
+        "Where the agent writes the CDI spec of its devices under cdi-annotations / cdi-cri; "
+        "empty: it writes none (another tool writes the spec of kubegpu.cdiKind)."
+    ),
+    file_keys=("kubegpu.cdiSpecDir",),
+    env=(EnvVar("KUBEGPU_CDI_SPEC_DIR"),),
+    flag="--cdi-spec-dir",
 )
 _PRE_START_CHECK = Setting[bool](
     name="pre_start_check",
@@ -1057,6 +1082,7 @@ SETTINGS: tuple[Setting[Any], ...] = (
     _FAIL_ON_INIT_ERROR,
     _NVIDIA_DRIVER_ROOT,
     _NVIDIA_DEV_ROOT,
+    _CONTAINER_DRIVER_ROOT,
     _MPS_ROOT,
     _GDS_ENABLED,
     _MOFED_ENABLED,
@@ -1068,6 +1094,7 @@ SETTINGS: tuple[Setting[Any], ...] = (
     _REPLICA_POLICY,
     _ALLOCATION_POLICY,
     _CDI_KIND,
+    _CDI_SPEC_DIR,
     _PRE_START_CHECK,
     _HEALTH,
     _METRICS_ADDRESS,
@@ -1094,6 +1121,7 @@ class AgentConfig:
     fail_on_init_error: bool = _FAIL_ON_INIT_ERROR.default
     nvidia_driver_root: str = _NVIDIA_DRIVER_ROOT.default
     nvidia_dev_root: str = _NVIDIA_DEV_ROOT.default
+    container_driver_root: str = _CONTAINER_DRIVER_ROOT.default
     mps_root: str = _MPS_ROOT.default
     gds_enabled: bool = _GDS_ENABLED.default
     mofed_enabled: bool = _MOFED_ENABLED.default
@@ -1103,6 +1131,7 @@ class AgentConfig:
     device_id_strategy: DeviceIdStrategy = _DEVICE_ID_STRATEGY.default
     cdi_annotation_prefix: str = _CDI_ANNOTATION_PREFIX.default
     cdi_kind: str = _CDI_KIND.default
+    cdi_spec_dir: str = _CDI_SPEC_DIR.default
     allocation_policy: str = _ALLOCATION_POLICY.default
     replica_policy: str = _REPLICA_POLICY.default
     pre_start_check: bool = _PRE_START_CHECK.default

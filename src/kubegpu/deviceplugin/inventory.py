@@ -37,6 +37,7 @@ from kubegpu.deviceplugin.config import (
 )
 from kubegpu.echo import shorten
 from kubegpu.errors import ConfigError, SourceError
+from kubegpu.model.cdi import NO_MIG_MINORS, MigMinors
 from kubegpu.model.names import is_dns_subdomain
 from kubegpu.model.node import Gpu, MigInstance, Node, uuid_problem
 
@@ -172,7 +173,9 @@ def _whole(gpu: Gpu) -> Device:
     )
 
 
-def _mig(gpu: Gpu, position: int, mig: MigInstance) -> Device:
+def _mig(gpu: Gpu, position: int, mig: MigInstance, minors: MigMinors) -> Device:
+    # NVIDIA: the parent's node plus the nvidia-caps nodes of the GPU instance and of its compute
+    # instance (kubegpu's MIG devices hold one full-size compute instance, ID 0)
     return Device(
         id=DeviceId(mig.uuid),
         gpu=gpu.index,
@@ -180,11 +183,13 @@ def _mig(gpu: Gpu, position: int, mig: MigInstance) -> Device:
         mig=mig,
         mig_position=position,
         numa_node=gpu.numa_node,
-        paths=_gpu_paths(gpu),
+        paths=(*_gpu_paths(gpu), *minors.caps_paths(gpu.index, mig.gi_index)),
     )
 
 
-def _base_resources(node: Node, strategy: MigStrategy) -> tuple[dict[ResourceName, list[Device]], list[str]]:
+def _base_resources(
+    node: Node, strategy: MigStrategy, minors: MigMinors = NO_MIG_MINORS
+) -> tuple[dict[ResourceName, list[Device]], list[str]]:
     out: dict[ResourceName, list[Device]] = {}
     warnings: list[str] = []
     if strategy is MigStrategy.NONE:
@@ -213,7 +218,7 @@ def _base_resources(node: Node, strategy: MigStrategy) -> tuple[dict[ResourceNam
                 f"flags.migStrategy: single needs MIG instances of one profile, found "
                 f"{', '.join(sorted(profiles))} (use mixed)"
             )
-        out[GPU_RESOURCE] = [_mig(g, i, m) for g in mig_gpus for i, m in enumerate(g.mig_instances)]
+        out[GPU_RESOURCE] = [_mig(g, i, m, minors) for g in mig_gpus for i, m in enumerate(g.mig_instances)]
         return out, warnings
     # mixed
     for g in node.gpus:
@@ -225,7 +230,7 @@ def _base_resources(node: Node, strategy: MigStrategy) -> tuple[dict[ResourceNam
                 f"GPU {g.index} is MIG-enabled but has no MIG instances; nothing advertised for it"
             )
         for i, m in enumerate(g.mig_instances):
-            out.setdefault(mig_resource_name(m.profile), []).append(_mig(g, i, m))
+            out.setdefault(mig_resource_name(m.profile), []).append(_mig(g, i, m, minors))
     return out, warnings
 
 
@@ -332,13 +337,14 @@ def resolve_sharing(node: Node, sharing: Sharing | None) -> SharingPlan | None:
 
 
 def split_resources(
-    node: Node, mig_strategy: MigStrategy, plan: SharingPlan | None
+    node: Node, mig_strategy: MigStrategy, plan: SharingPlan | None, mig_minors: MigMinors = NO_MIG_MINORS
 ) -> tuple[list[Candidate], list[str]]:
     """Step 2: the node's devices as resources: full GPUs and MIG instances under the MIG strategy,
     then each shared resource split into its exclusive GPUs (original name) and its replicas (the
     plan's name; present even when empty, so that its name is checked). Returns the candidates and
-    warnings; raises ``ConfigError`` on layouts NVIDIA refuses."""
-    base, warnings = _base_resources(node, mig_strategy)
+    warnings; raises ``ConfigError`` on layouts NVIDIA refuses. ``mig_minors`` gives MIG devices their
+    ``nvidia-caps`` device nodes."""
+    base, warnings = _base_resources(node, mig_strategy, mig_minors)
     kinds = {
         name: (ResourceKind.MIG if any(d.mig is not None for d in devs) else ResourceKind.GPU)
         for name, devs in base.items()
@@ -415,13 +421,14 @@ def check_names(candidates: Sequence[Candidate]) -> None:
         seen.add(c.resource.name)
 
 
-def build_inventory(node: Node, config: AgentConfig) -> Inventory:
+def build_inventory(node: Node, config: AgentConfig, *, mig_minors: MigMinors = NO_MIG_MINORS) -> Inventory:
     """Resources and devices for ``node`` under ``config``: resolve sharing, split resources, check
     names. Raises ``ConfigError`` on impossible mixes and ``SourceError`` for a UUID unsafe as a device
-    ID; nothing is built then."""
+    ID; nothing is built then. ``mig_minors`` (``/proc/driver/nvidia-caps/mig-minors``) adds each MIG
+    device's ``nvidia-caps`` nodes to its paths."""
     _check_uuids(node)
     plan = resolve_sharing(node, config.sharing)
-    candidates, warnings = split_resources(node, config.mig_strategy, plan)
+    candidates, warnings = split_resources(node, config.mig_strategy, plan, mig_minors)
     check_names(candidates)
     dra = config.dra_gpus
     if dra.any:

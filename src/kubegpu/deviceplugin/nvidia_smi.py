@@ -9,8 +9,10 @@ Real mode never mounts it.
 The script needs only ``/bin/sh`` (busybox or dash). It carries the node spec's GPUs (index, product
 name, UUID, memory, PCI bus ID, MIG instances) and keeps those named by ``NVIDIA_VISIBLE_DEVICES``
 (UUIDs or indices, comma-separated; ``all``; the volume-mounts directory
-``/var/run/nvidia-container-devices``, whose entry names are the IDs; empty, ``void`` or ``none``:
-no GPU). Like the real tool inside a container, it numbers the visible GPUs from 0 in node order.
+``/var/run/nvidia-container-devices``, whose entry names are the IDs; ``void`` or ``none``: no GPU;
+unset or empty: the UUIDs in ``KUBEGPU_SIM_GPU_<n>``, which the agent's CDI spec sets per device under
+the CDI strategies, else no GPU). Like the real tool inside a container, it numbers the visible GPUs
+from 0 in node order.
 Supported: ``nvidia-smi`` (a short table), ``-L``/``--list-gpus``, and
 ``--query-gpu=index,name,uuid,memory.total,pci.bus_id --format=csv[,noheader][,nounits]``.
 """
@@ -103,6 +105,10 @@ case "$visible" in
   /*) [ -d "$visible" ] && ids=$(ls "$visible" 2>/dev/null) ;;
   *) ids=$(printf '%s' "$visible" | tr ',' ' ') ;;
 esac
+if [ -z "$visible" ]; then
+  # CDI only: the agent's CDI spec sets KUBEGPU_SIM_GPU_<n>=<UUID> for each device of the container
+  ids=$(env | sed -n 's/^KUBEGPU_SIM_GPU_[0-9]*=//p')
+fi
 
 # GPUs with a visible MIG instance are listed too, as their parent (as nvidia-smi -L does)
 mig_parents=$(data | while IFS='|' read -r kind index uuid name mem bus gi; do

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 from kubegpu.deviceplugin.config import AgentConfig, DeviceListStrategy, SharingKind
 from kubegpu.deviceplugin.inventory import Device, Resource
+from kubegpu.model.cdi import CONTROL_DEVICE_PATHS
 
 __all__ = [
     "CONTROL_DEVICE_PATHS",
@@ -27,7 +28,6 @@ __all__ = [
 ]
 
 VOLUME_MOUNT_ROOT = "/var/run/nvidia-container-devices"
-CONTROL_DEVICE_PATHS = ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "/dev/nvidia-modeset")
 CDI_ANNOTATION_NAME = "nvidia-device-plugin_"
 _CDI_ONLY = {DeviceListStrategy.CDI_ANNOTATIONS, DeviceListStrategy.CDI_CRI}
 
@@ -62,6 +62,8 @@ def _visible(devices: Sequence[Device], config: AgentConfig) -> list[str]:
 
 
 def _device_nodes(devices: Sequence[Device], config: AgentConfig) -> tuple[DeviceNode, ...]:
+    """NVIDIA's passDeviceSpecs: the control nodes present, then each device's nodes (a MIG device's
+    parent GPU and its nvidia-caps GPU- and compute-instance nodes, see inventory)."""
     root = config.nvidia_dev_root.rstrip("/")
     paths = [p for p in CONTROL_DEVICE_PATHS if os.path.exists(root + p)]
     for d in devices:

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -68,6 +68,8 @@ class DraDriver:
         on_change: Callable[[], None] | None = None,
         control_nodes: Sequence[str] = (),
         gpu_nodes: bool = False,
+        device_nodes: Mapping[str, Sequence[str]] | None = None,
+        common_edits: dict[str, Any] | None = None,
     ) -> None:
         self.node_name = node_name
         self.driver = driver
@@ -79,6 +81,8 @@ class DraDriver:
         self._on_change = on_change
         self._control_nodes = tuple(control_nodes)
         self._gpu_nodes = gpu_nodes
+        self._device_nodes = dict(device_nodes or {})  # MIG devices' nvidia-caps nodes, by device name
+        self._common_edits = common_edits  # the driver's files every claim's spec carries (model/cdi.py)
         self._devices: dict[str, DraDevice] = {d.name: d for d in devices}
 
     @property
@@ -168,6 +172,8 @@ class DraDriver:
                 mounts=self._mounts,
                 control_nodes=self._control_nodes,
                 gpu_nodes=self._gpu_nodes,
+                device_nodes=self._device_nodes,
+                common=self._common_edits,
             )
             if picked
             else None

@@ -17,11 +17,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
-from typing import Any, Protocol
+from typing import Any
 
 from kubegpu.deviceplugin import nvidia_smi
-from kubegpu.deviceplugin.response import CONTROL_DEVICE_PATHS
+from kubegpu.deviceplugin.cdi import find_driver_files, read_mig_minors
 from kubegpu.dra.checkpoint import CHECKPOINT_NAME, CdiStore, Checkpoint
+from kubegpu.dra.claimwatch import ClaimWatch, WatchApi
 from kubegpu.dra.driver import ClaimReader, DraDriver
 from kubegpu.dra.server import DeviceHealth, DraServer
 from kubegpu.dra.slices import SliceApi, SliceKeeper, SlicePublisher
@@ -29,13 +30,13 @@ from kubegpu.echo import clip
 from kubegpu.errors import InputError, UnknownGpuError
 from kubegpu.health.policy import HealthPolicy
 from kubegpu.health.tracker import HealthTracker
+from kubegpu.model.cdi import common_edits
 from kubegpu.model.dra import (
     CDI_KIND,
     DRIVER_NAME,
     DeviceOrder,
     DraDevice,
     DraGpus,
-    allocated_devices,
     dra_devices,
     order_devices,
 )
@@ -50,6 +51,7 @@ __all__ = [
     "DraService",
     "HealthSource",
     "NodeReading",
+    "driver_edits",
     "load_node",
     "pcie_root",
 ]
@@ -125,8 +127,16 @@ def load_node(options: DraOptions) -> NodeReading:
     return NodeReading(node=load_spec(options.node_spec))
 
 
-class ClaimLister(Protocol):
-    def list_resource_claims(self) -> list[dict[str, Any]]: ...
+def driver_edits(
+    node: Node, devices: Sequence[DraDevice], *, driver_root: str = "/", proc_root: Path = Path("/proc")
+) -> tuple[dict[str, tuple[str, ...]], dict[str, Any]]:
+    """What claims' CDI specs carry on real GPUs besides each GPU's ``/dev/nvidiaN``: each MIG device's
+    nvidia-caps nodes (by device name) and the common edits, as in the agent's spec
+    (``deviceplugin/cdi.py``): control nodes, the driver's libraries, binaries, firmware, IPC sockets."""
+    minors = read_mig_minors(proc_root)
+    gi = {str(m.uuid): (g.index, m.gi_index) for g in node.gpus for m in g.mig_instances}
+    nodes = {d.name: minors.caps_paths(*gi[d.uuid]) for d in devices if d.uuid in gi}
+    return nodes, common_edits(find_driver_files(driver_root, driver_root))
 
 
 class DraService:
@@ -138,7 +148,7 @@ class DraService:
         driver_version: str | None,
         api: SliceApi,
         claims: ClaimReader,
-        allocations: ClaimLister | None = None,
+        allocations: WatchApi | None = None,
         health: HealthPolicy | None = None,
         health_sources: Sequence[HealthSource] = (),
         gpus: DraGpus | None = None,
@@ -172,6 +182,7 @@ class DraService:
         if options.simulated_nvidia_smi and not options.use_nvml and node.gpus:
             path = nvidia_smi.install(node, options.plugin_dir / SIM_TOOLS_DIR)
             mounts = tuple((str(path), p) for p in nvidia_smi.CONTAINER_PATHS)
+        caps_nodes, common = driver_edits(node, self._all_devices) if options.use_nvml else ({}, None)
         self.driver = DraDriver(
             node_name=options.node_name,
             devices=self._devices,
@@ -181,10 +192,18 @@ class DraService:
             driver=options.driver,
             mounts=mounts,
             on_change=self._claims_changed,
-            control_nodes=[p for p in CONTROL_DEVICE_PATHS if os.path.exists(p)] if options.use_nvml else (),
             gpu_nodes=options.use_nvml,
+            device_nodes=caps_nodes,
+            common_edits=common,
         )
-        self._allocations = allocations
+        # topology order reads the pool's allocations: one list, then a watch (issue 57; docs/dra.md)
+        self._claim_watch = (
+            ClaimWatch(
+                allocations, pool=options.node_name, driver=options.driver, on_change=self._claims_changed
+            )
+            if allocations is not None and options.device_order is DeviceOrder.TOPOLOGY
+            else None
+        )
         self.server = DraServer(
             self.driver,
             plugin_dir=options.plugin_dir,
@@ -206,11 +225,9 @@ class DraService:
     def _ordered(self) -> Sequence[DraDevice]:
         """The published devices in slice order; ``topology`` order reads the pool's allocations."""
         devices = self._devices
-        if self.options.device_order is DeviceOrder.INDEX or self._allocations is None:
+        if self.options.device_order is DeviceOrder.INDEX or self._claim_watch is None:
             return order_devices(devices, (), DeviceOrder.INDEX)
-        held = allocated_devices(self._allocations.list_resource_claims(), pool=self.options.node_name,
-                                 driver=self.options.driver)  # fmt: skip
-        return order_devices(devices, held, self.options.device_order)
+        return order_devices(devices, self._claim_watch.allocated(), self.options.device_order)
 
     def _claims_changed(self) -> None:
         """A claim was prepared or unprepared: the allocations changed, so may the best device order."""
@@ -265,6 +282,8 @@ class DraService:
 
     def start(self) -> None:
         self.server.start()
+        if self._claim_watch is not None:
+            self._claim_watch.start()
         self.slices.start()
         watcher = threading.Thread(target=self._follow_health, name="dra-health", daemon=True)
         watcher.start()
@@ -293,6 +312,8 @@ class DraService:
         self.tracker.wake()
         for follower in self._followers:
             follower.stop()
+        if self._claim_watch is not None:
+            self._claim_watch.stop()
         self.slices.stop()
         self.server.stop()
         log.info("DRA driver stopped", extra={"driver": self.options.driver})

@@ -473,13 +473,18 @@ def cdi_spec(
     mounts: Sequence[tuple[str, str]] = (),
     control_nodes: Sequence[str] = (),
     gpu_nodes: bool = False,
+    device_nodes: Mapping[str, Sequence[str]] | None = None,
+    common: ApiObject | None = None,
 ) -> ApiObject:
     """The claim's CDI spec: one CDI device per request with ``NVIDIA_VISIBLE_DEVICES`` = its UUIDs
     (in device order), one per allocated device with ``KUBEGPU_DEVICE_<NAME>`` = its UUID, plus
     ``mounts`` (host path, container path) read-only, e.g. the simulated ``nvidia-smi``. On real GPUs,
     ``control_nodes`` (``/dev/nvidiactl``, ``/dev/nvidia-uvm`` ...) and, with ``gpu_nodes``,
-    ``/dev/nvidia<index>`` of each GPU behind the request (a MIG instance's parent), the same device
-    nodes the device plugin passes."""
+    ``/dev/nvidia<index>`` of each GPU behind the request (a MIG instance's parent) followed by the
+    ``device_nodes`` of each device (by name: a MIG device's nvidia-caps nodes), the same device nodes
+    the device plugin passes. ``common`` (``model.cdi.common_edits``: control nodes, the driver's
+    libraries, binaries, firmware, IPC sockets) becomes the spec's own container edits, applied with
+    any of its devices, as in the agent's spec."""
     by_request: dict[str, list[DraDevice]] = {}
     for cd in devices:
         by_request.setdefault(cd.request, []).append(cd.device)
@@ -492,10 +497,15 @@ def cdi_spec(
                 f"KUBEGPU_CLAIM_DEVICES={','.join(d.name for d in devs)}",
             ]
         }
-        nodes = [
-            *control_nodes,
-            *(f"/dev/nvidia{i}" for i in dict.fromkeys(d.gpu_index for d in devs) if gpu_nodes),
-        ]
+        nodes = list(
+            dict.fromkeys(
+                [
+                    *control_nodes,
+                    *(f"/dev/nvidia{i}" for i in dict.fromkeys(d.gpu_index for d in devs) if gpu_nodes),
+                    *(p for d in devs for p in (device_nodes or {}).get(d.name, ())),
+                ]
+            )
+        )
         if nodes:
             edits["deviceNodes"] = [{"path": p} for p in nodes]
         if mounts:
@@ -512,7 +522,10 @@ def cdi_spec(
                     "containerEdits": {"env": [f"{variable}={d.uuid}"]},
                 }
             )
-    return {"cdiVersion": CDI_VERSION, "kind": CDI_KIND, "devices": entries}
+    spec: ApiObject = {"cdiVersion": CDI_VERSION, "kind": CDI_KIND, "devices": entries}
+    if common:
+        spec["containerEdits"] = common
+    return spec
 
 
 def pairwise_nvlink(topology: Topology, devices: Iterable[int]) -> bool:

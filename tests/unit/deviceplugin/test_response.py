@@ -79,7 +79,8 @@ def test_cdi_annotations_use_the_prefix_and_the_cdi_kind() -> None:
 def test_cdi_cri_lists_fully_qualified_names() -> None:
     config = AgentConfig(device_list_strategies=(DeviceListStrategy.CDI_CRI, DeviceListStrategy.ENVVAR))
     response = respond(config, [7])
-    assert response.cdi_devices == (f"nvidia.com/gpu={SEED.gpus[7].uuid}",)
+    # the default kind is kubegpu's own: the spec the agent writes declares it (deviceplugin/cdi.py)
+    assert response.cdi_devices == (f"k8s.device-plugin.kubegpu.io/gpu={SEED.gpus[7].uuid}",)
     assert "NVIDIA_VISIBLE_DEVICES" in response.envs
 
 
