@@ -21,6 +21,7 @@ from kubegpu.doctor.host import ID_GPU_PRESENT, NodeContext
 from kubegpu.doctor.hostprobe import HostProbe
 from kubegpu.doctor.jsonkind import describe_json
 from kubegpu.echo import shorten
+from kubegpu.model.cdi import DEFAULT_AGENT_KIND
 
 __all__ = ["RUNTIME_CHECKS"]
 
@@ -35,7 +36,12 @@ TOOLKIT_BINARIES = (
     "nvidia-container-runtime-hook",
     "nvidia-container-toolkit",
 )
-CDI_GPU_KINDS = ("nvidia.com/gpu", "k8s.device-plugin.nvidia.com/gpu", "management.nvidia.com/gpu")
+CDI_GPU_KINDS = (
+    "nvidia.com/gpu",
+    "k8s.device-plugin.nvidia.com/gpu",
+    "management.nvidia.com/gpu",
+    DEFAULT_AGENT_KIND,
+)
 CONTAINERD_FIX = (
     "nvidia-ctk runtime configure --runtime=containerd --set-as-default\n"
     "systemctl restart containerd\n"
@@ -259,7 +265,9 @@ def check_cdi(ctx: NodeContext) -> Outcome:
         evidence.append(
             f"{where}: kind {spec.get('kind')}, {len(names)} GPU device(s): {', '.join(sorted(names))}"
         )
-        if len(names) != gpus:
+        # kubegpu's agent rewrites its own spec whenever its devices change, and names what it
+        # advertises (MIG devices, index names): its device count is not the host's GPU count
+        if spec.get("kind") != DEFAULT_AGENT_KIND and len(names) != gpus:
             problems.append(f"{where} describes {len(names)} GPU(s), the host has {gpus}")
         for edits in _edits(spec):
             for node in edits.get("deviceNodes") or []:

@@ -131,6 +131,30 @@ def test_cdi_spec_from_before_a_driver_upgrade_is_stale(host: FakeHost) -> None:
     assert any("libnvidia-ml.so.535.183.01 does not exist" in e for e in f.evidence)
 
 
+def test_the_agents_own_cdi_spec_is_read_and_not_held_to_the_hosts_gpu_count(host: FakeHost) -> None:
+    """kubegpu's agent writes a spec of the devices it advertises (MIG devices, index names) under its
+    own kind: found (no "no CDI spec" warning), its files checked, its device count not compared."""
+    host.remove("etc/cdi/nvidia.yaml")
+    host.write(
+        "var/run/cdi/k8s.device-plugin.kubegpu.io-gpu_kubegpu-agent.json",
+        '{"cdiVersion": "0.6.0", "kind": "k8s.device-plugin.kubegpu.io/gpu", "devices": ['
+        '{"name": "MIG-1", "containerEdits": {"deviceNodes": [{"path": "/dev/nvidia0"}]}},'
+        '{"name": "MIG-2", "containerEdits": {"deviceNodes": [{"path": "/dev/nvidia0"}]}},'
+        '{"name": "MIG-3", "containerEdits": {"deviceNodes": [{"path": "/dev/nvidia1"}]}}]}',
+    )
+    f = finding(host, "runtime.cdi")
+    assert f.status is Status.OK, f
+    assert any("k8s.device-plugin.kubegpu.io/gpu" in e for e in f.evidence)
+    host.write(
+        "var/run/cdi/k8s.device-plugin.kubegpu.io-gpu_kubegpu-agent.json",
+        '{"cdiVersion": "0.6.0", "kind": "k8s.device-plugin.kubegpu.io/gpu", "devices": ['
+        '{"name": "GPU-a", "containerEdits": {"deviceNodes": [{"path": "/dev/nvidia7"}]}}]}',
+    )
+    f = finding(host, "runtime.cdi")
+    assert f.status is Status.FAIL
+    assert any("device node /dev/nvidia7 does not exist" in e for e in f.evidence)
+
+
 def test_unparsable_cdi_spec_fails(host: FakeHost) -> None:
     host.write("var/run/cdi/nvidia.json", "{not json")
     f = finding(host, "runtime.cdi")
