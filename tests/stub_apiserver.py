@@ -87,8 +87,8 @@ class StubApiServer:
             obj = {**obj, "metadata": {**obj.get("metadata", {}), "resourceVersion": str(c.version)}}
             c.events.append((c.version, json.dumps({"type": kind, "object": obj}).encode() + b"\n"))
             if c.objects is not None:  # a later list shows the change
-                uid = obj["metadata"].get("uid")
-                c.objects[:] = [o for o in c.objects if o.get("metadata", {}).get("uid") != uid]
+                key = _identity(obj)
+                c.objects[:] = [o for o in c.objects if _identity(o) != key]
                 if kind != "DELETED":
                     c.objects.append(obj)
                 c.count = len(c.objects)
@@ -224,6 +224,15 @@ class StubApiServer:
             h.wfile.flush()
         except OSError:  # the client went away
             h.close_connection = True
+
+
+def _identity(obj: dict[str, Any]) -> tuple[str, ...]:
+    """What names an object across events: its uid, else (nodes and test objects) namespace and name."""
+    meta = obj.get("metadata")
+    meta = meta if isinstance(meta, dict) else {}
+    if meta.get("uid"):
+        return ("uid", str(meta["uid"]))
+    return ("name", str(meta.get("namespace", "")), str(meta.get("name", "")))
 
 
 def kubeconfig(path: Path, url: str) -> Path:
