@@ -15,8 +15,12 @@ connection errors, 5xx and 429 with a short backoff; other writes are tried once
 decides (an eviction answered 429 by a PodDisruptionBudget is retried later by
 the quarantine, never turned into a delete). Failures raise ``ApiServerError`` with the HTTP status.
 
-Watches (``list_objects`` then ``watch`` from its resource version) stream one JSON event per line;
-the caller relists when a watch ends with an error (410 Gone: the version is too old).
+Lists are paginated (``limit``/``continue``, ``LIST_PAGE`` objects a page): ``list_pages`` hands
+them over one page at a time, so a caller that keeps a compact record of each object holds one page
+of raw objects at most (a 15,000-node cluster's pods are gigabytes as Python objects); ``list_objects``
+collects them for the callers whose lists are small (one node's pods). Watches (a list, then
+``watch`` from its resource version) stream one JSON event per line; the caller relists when a watch
+ends with an error (410 Gone: the version is too old).
 
 Field managers: everything kubegpu writes carries a manager name starting with ``kubegpu``:
 ``kubegpu`` for the node labels (server-side apply of the whole label set), ``kubegpu-quarantine`` for
@@ -59,7 +63,10 @@ __all__ = [
     "QUARANTINE_FIELD_MANAGER",
     "ApiObject",
     "KubeApi",
+    "ListPages",
+    "PageDecoder",
     "in_cluster",
+    "json_page",
 ]
 
 ApiObject = dict[str, Any]
@@ -76,6 +83,7 @@ _SA_TOKEN = SERVICE_ACCOUNT / "token"
 TOKEN_REREAD_S = 60.0  # bound service-account tokens rotate on disk
 POOL_SIZE = 8  # connections kept per API server (watches hold one each)
 USER_AGENT = f"kubegpu/{__version__}"
+LIST_PAGE = 500  # objects a list page: a page of pods is a few MB of JSON
 log = logging.getLogger(__name__)
 
 
@@ -219,6 +227,62 @@ def _load(kubeconfig: str | None, clock: Callable[[], float]) -> tuple[Access, C
     return access, lambda: bearer
 
 
+PageDecoder = Callable[[bytes], tuple[list[Any], str, str]]
+
+
+def json_page(raw: bytes) -> tuple[list[Any], str, str]:
+    """A list answer's objects (JSON objects only), resource version and continue token."""
+    doc = json.loads(raw)
+    doc = doc if isinstance(doc, dict) else {}
+    items, meta = doc.get("items"), doc.get("metadata")
+    meta = meta if isinstance(meta, dict) else {}
+    page = [i for i in items if isinstance(i, dict)] if isinstance(items, list) else []
+    return page, str(meta.get("resourceVersion") or ""), str(meta.get("continue") or "")
+
+
+class ListPages:
+    """One paginated list, taken once, page by page (``for page in pages``): each page is a list of
+    the objects (JSON objects only) of one answer, asked for when the previous one was taken.
+    ``resource_version`` is the version of the last page, set when the last page has been taken; a
+    continue token the API server no longer knows (410) raises ``ApiServerError`` and the caller
+    lists again."""
+
+    def __init__(
+        self, api: KubeApi, path: str, query: dict[str, str], decode: PageDecoder = json_page
+    ) -> None:
+        self._api, self._path, self._query, self._decode = api, path, dict(query), decode
+        self._version: str | None = None
+        self._started = False
+        self.pages = 0  # pages taken so far
+
+    @property
+    def resource_version(self) -> str:
+        if self._version is None:
+            raise RuntimeError(f"list of {self._path}: its version is known once every page is taken")
+        return self._version
+
+    def __iter__(self) -> Iterator[list[Any]]:
+        if self._started:
+            raise RuntimeError(f"list of {self._path}: its pages can be taken once")
+        self._started = True
+        query, version = self._query, ""
+        while True:
+            raw = self._api.request_bytes("GET", self._path, query=query, idempotent=True) or b"{}"
+            try:
+                page, listed, token = self._decode(raw)
+            except ValueError as exc:
+                raise ApiServerError(f"{self._api.host}: GET {self._path}: not a list: {exc}") from exc
+            del raw  # the page's objects are the caller's from here
+            version = listed or version
+            self.pages += 1
+            yield page
+            del page
+            if not token:
+                self._version = version
+                return
+            query = {**query, "continue": str(token)}
+
+
 class KubeApi:
     """A handful of typed-by-path calls; thread-safe (one urllib3 pool manager, a locked token)."""
 
@@ -281,6 +345,31 @@ class KubeApi:
     ) -> ApiObject | None:
         """One call; the decoded JSON answer, ``None`` for 404. Raises ``ApiServerError``. ``quick``:
         one attempt with short timeouts (for a caller that must not wait long, e.g. the agent's start)."""
+        raw = self.request_bytes(
+            method,
+            path,
+            body=body,
+            query=query,
+            content_type=content_type,
+            idempotent=idempotent,
+            quick=quick,
+        )
+        if raw is None:
+            return None
+        return json.loads(raw) if raw else {}
+
+    def request_bytes(
+        self,
+        method: str,
+        path: str,
+        *,
+        body: object = None,
+        query: Mapping[str, str] | None = None,
+        content_type: str = "application/json",
+        idempotent: bool = False,
+        quick: bool = False,
+    ) -> bytes | None:
+        """``request``'s answer undecoded (for a caller that decodes only what it keeps)."""
         url_path = path + ("?" + urlencode(dict(query)) if query else "")
         headers = {"Accept": "application/json", "Content-Type": content_type}
         data = None if body is None else json.dumps(body).encode()  # JSON is YAML too (apply patches)
@@ -288,17 +377,18 @@ class KubeApi:
         attempts = 1 if quick else RETRIES
         timeout = QUICK_TIMEOUT_S if quick else REQUEST_TIMEOUT_S
         for attempt in range(1, attempts + 1):
-            status, text = 0, ""
+            status, raw, text = 0, b"", ""
             try:
                 resp = self._send(method, url_path, headers=headers, timeout=timeout, body=data)
                 status = int(resp.status)
-                text = bytes(resp.data or b"").decode("utf-8", errors="replace")
+                raw = bytes(resp.data or b"")
             except (HTTPError, OSError) as exc:
                 text = describe(exc)
             if 200 <= status < 300:
-                return json.loads(text) if text else {}
+                return raw
             if status == 404:
                 return None
+            text = text or raw.decode("utf-8", errors="replace")
             if not (idempotent and status in _RETRIABLE and attempt < attempts):
                 raise ApiServerError(self._message(method, path, status, text), status=status)
             self._sleep(backoff.failed())
@@ -428,22 +518,29 @@ class KubeApi:
 
     # -- lists and watches ---------------------------------------------------------------------
 
-    def list_objects(self, path: str, *, field_selector: str | None = None) -> tuple[list[ApiObject], str]:
-        """Every object of a collection (``/api/v1/pods``) and the list's resource version, to watch from."""
-        query: dict[str, str] = {"limit": "500"}
+    def list_pages(
+        self,
+        path: str,
+        *,
+        field_selector: str | None = None,
+        limit: int = LIST_PAGE,
+        decode: PageDecoder = json_page,
+    ) -> ListPages:
+        """The objects of a collection (``/api/v1/pods``) one page at a time; once every page is
+        taken, ``resource_version`` is the list's version, to watch from. Each page is asked for when
+        the caller takes it, never before. ``decode`` turns a page's bytes into its objects (what
+        the caller keeps of them), version and continue token; ``json_page`` by default."""
+        query: dict[str, str] = {"limit": str(limit)}
         if field_selector:
             query["fieldSelector"] = field_selector
-        items: list[ApiObject] = []
-        version = ""
-        while True:
-            doc = self.request("GET", path, query=query, idempotent=True) or {}
-            items.extend(i for i in doc.get("items", []) if isinstance(i, dict))
-            meta = doc.get("metadata", {}) or {}
-            version = str(meta.get("resourceVersion", version))
-            token = meta.get("continue")
-            if not token:
-                return items, version
-            query["continue"] = str(token)
+        return ListPages(self, path, query, decode)
+
+    def list_objects(self, path: str, *, field_selector: str | None = None) -> tuple[list[ApiObject], str]:
+        """Every object of a collection and the list's resource version, to watch from (for small
+        lists; a large one goes through ``list_pages``)."""
+        pages = self.list_pages(path, field_selector=field_selector)
+        items = [item for page in pages for item in page]
+        return items, pages.resource_version
 
     def watch(
         self, path: str, *, resource_version: str, timeout_s: int = 300, field_selector: str | None = None
@@ -530,9 +627,9 @@ class KubeApi:
         return self.request("GET", path, idempotent=True)
 
     def list_resource_claims(self) -> list[ApiObject]:
-        """Every ResourceClaim (all namespaces): the DRA driver reads which of its devices are allocated."""
-        doc = self.request("GET", f"{self._RESOURCE}/resourceclaims", idempotent=True) or {}
-        return [i for i in doc.get("items", []) if isinstance(i, dict)]
+        """Every ResourceClaim (all namespaces), paginated, for tools: the DRA driver lists them once
+        and then watches (``kubegpu.dra.claimwatch``), never on a timer."""
+        return self.list_objects(f"{self._RESOURCE}/resourceclaims")[0]
 
     def list_resource_slices(self, *, node_name: str, driver: str) -> list[ApiObject]:
         """This node's slices of ``driver`` (the field selectors the node authorizer also allows)."""
