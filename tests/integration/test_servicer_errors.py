@@ -34,7 +34,7 @@ class BrokenPlugin(ResourcePlugin):
     def preferred(self, available, must_include, size):  # type: ignore[no-untyped-def]
         raise ZeroDivisionError("division by zero in a policy")
 
-    def allocate(self, device_ids):  # type: ignore[no-untyped-def]
+    def allocate(self, device_ids, **_kwargs):  # type: ignore[no-untyped-def]
         raise KeyError("GPU-lost")
 
     def pre_start(self, device_ids):  # type: ignore[no-untyped-def]
