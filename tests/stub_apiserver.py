@@ -10,6 +10,7 @@ holding gigabytes). Standard library only; one thread per connection.
 from __future__ import annotations
 
 import json
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -130,7 +131,14 @@ class StubApiServer:
             def do_GET(self) -> None:
                 stub._get(self)
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        class Server(ThreadingHTTPServer):
+            daemon_threads = True
+
+            def handle_error(self, request: Any, client_address: Any) -> None:
+                if not isinstance(sys.exc_info()[1], OSError):  # a client gone is not an error
+                    super().handle_error(request, client_address)
+
+        self._server = Server(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True
         threading.Thread(target=self._server.serve_forever, name="stub-apiserver", daemon=True).start()
         self.url = f"http://127.0.0.1:{self._server.server_address[1]}"

@@ -414,7 +414,7 @@ def _smoke(entries: dict[str, Entry], work: Path) -> None:
     # extender` (the chart's extender.enabled) its modules and numpy only when run: import them here.
     imports = (
         "import kubegpu.metrics.exporter, kubegpu.extender.cluster, kubegpu.extender.server, "
-        "kubegpu.sim.policy"
+        "kubegpu.sim.policy, kubegpu.extender.podpage, msgspec"
     )
     proc = subprocess.run(
         [*argv, "/usr/bin/python3", "-c", imports],

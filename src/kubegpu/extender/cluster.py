@@ -2,8 +2,10 @@
 
 Why a module of its own: the ledger stays free of I/O and is tested with plain dicts; this adapter
 owns the threads, the retries and the API calls, all through ``kubegpu.kubeapi`` (the project's one
-API client). Each of the two collections is listed, handed to the ledger whole (``replace_*``), then
-watched from the list's resource version; a watch that the server ends is resumed from the last
+API client). Each of the two collections is listed page by page (``KubeApi.list_pages``), each page
+turned at once into the ledger's compact records (``GpuNode``, ``PodFacts``) so that one page of raw
+objects at most is alive, the records handed to the ledger whole (``replace_*``), then watched from
+the list's resource version; a watch that the server ends is resumed from the last
 version seen, one that fails (or answers 410 Gone), or anything else that goes wrong, is followed by
 a fresh list, after a backoff. An object that cannot be read is refused alone. ``ClusterSync.ready``
 and ``alive`` are what the extender's ``/readyz`` and ``/healthz`` report.
@@ -21,7 +23,9 @@ from typing import Any
 from kubegpu.backoff import Backoff, describe
 from kubegpu.errors import ApiServerError, PlacementError
 from kubegpu.extender.ledger import Ledger
-from kubegpu.extender.node import gpu_node_of
+from kubegpu.extender.node import GpuNode, gpu_node_of
+from kubegpu.extender.podfacts import PodFacts, facts_of
+from kubegpu.extender.podpage import pod_page
 from kubegpu.kubeapi import EXTENDER_FIELD_MANAGER, ApiObject, KubeApi
 
 __all__ = ["ApiBinder", "ClusterSync", "WatchHealth"]
@@ -152,17 +156,26 @@ class ClusterSync:
             with self._lock:
                 self._ready_once = True
 
-    def _replace(self, path: str, items: list[ApiObject]) -> None:
+    def _relist(self, path: str) -> str:
+        """List ``path`` into the ledger, page by page; the list's resource version."""
         if path == NODES:
-            nodes = []
-            for item in items:
-                try:
-                    nodes.append(gpu_node_of(item))
-                except Exception as exc:  # one node refused, not the list
-                    log.warning("node left out: %s: %s", _name(item), describe(exc))
+            pages = self._api.list_pages(path)
+            nodes: list[GpuNode] = []
+            for page in pages:
+                for item in page:
+                    try:
+                        nodes.append(gpu_node_of(item))
+                    except Exception as exc:  # one node refused, not the list
+                        log.warning("node left out: %s: %s", _name(item), describe(exc))
             self._ledger.replace_nodes(nodes)
         else:
-            self._ledger.replace_pods(items)  # refuses an unreadable pod alone
+            # a page's bytes become PodFacts at once: only the fields placement reads are decoded
+            pages = self._api.list_pages(path, decode=pod_page)
+            pods: list[PodFacts] = []
+            for page in pages:  # (a test's stand-in API may hand raw objects: read them here)
+                pods.extend(p if isinstance(p, PodFacts) else facts_of(p) for p in page)
+            self._ledger.replace_pods(pods)  # refuses an unreadable pod alone
+        return pages.resource_version
 
     def _event(self, path: str, kind: str, obj: ApiObject) -> None:
         meta = obj.get("metadata")
@@ -183,7 +196,7 @@ class ClusterSync:
         elif kind == "DELETED":
             self._ledger.remove_pod(str(meta.get("uid") or ""))
         else:
-            self._ledger.observe_pod(obj)
+            self._ledger.observe_pod(facts_of(obj))
 
     def _run(self, path: str) -> None:
         backoff = Backoff(initial_s=0.5, max_s=10.0)
@@ -191,8 +204,7 @@ class ClusterSync:
         while not self._stop.is_set():
             try:
                 if not version:
-                    items, version = self._api.list_objects(path)
-                    self._replace(path, items)
+                    version = self._relist(path)
                     self._ok(path)
                     self._listed(path)
                 version = self._watch(path, version)

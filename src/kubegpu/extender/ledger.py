@@ -29,6 +29,10 @@ depends only on the nodes and the pods' holdings, not on the order they arrived 
 extender that lists the same objects has the same state (``snapshot``). A change that fails half-way
 drops the state, rebuilt from the nodes and holdings on the next read; a holding the state cannot
 take is refused alone.
+
+Pods arrive as ``PodFacts`` (``kubegpu.extender.podfacts``: the few fields placement reads, made as
+each page of a list arrives, so the ledger never holds raw Pod objects) or as raw objects, read at
+the door (the filter's pod, tests).
 """
 
 from __future__ import annotations
@@ -47,8 +51,9 @@ import numpy as np
 
 from kubegpu.errors import PlacementError
 from kubegpu.extender.ask import MAX_GPUS_PER_POD, Ask, ask_of
-from kubegpu.extender.assignment import Assignment, assignment_of
+from kubegpu.extender.assignment import Assignment
 from kubegpu.extender.node import GpuNode
+from kubegpu.extender.podfacts import PodFacts, facts_of
 from kubegpu.sim.policy import ClusterState, Order, Placement, PlacementPolicy, Selector, TieMode
 from kubegpu.sim.scoring import MILLI, PodRequest, TypicalShapes
 
@@ -69,7 +74,7 @@ class HoldKind(StrEnum):
 OWN_KINDS = frozenset({HoldKind.RESERVED, HoldKind.BINDING, HoldKind.UNCERTAIN})  # made by our filter
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, slots=True)
 class Holding:
     """What one pod takes on one node: its ask and the GPUs claimed for it (``ask.gpu_milli`` each).
 
@@ -128,7 +133,13 @@ def _pod_name(pod: object) -> str:
     return f"{str(meta.get('namespace', ''))[:253]}/{str(meta.get('name', ''))[:253]}"
 
 
+def _facts(pod: Mapping[str, Any] | PodFacts) -> PodFacts:
+    """The ledger's record of a pod: raw objects (the filter's, tests') are read at the door."""
+    return pod if isinstance(pod, PodFacts) else facts_of(pod)
+
+
 SCORE_CACHE_SHAPES = 256  # distinct ask shapes whose scores are kept
+REQUESTS_KEPT = 4096  # distinct asks whose PodRequest is shared between holdings
 
 
 @dataclass(kw_only=True, eq=False)
@@ -172,6 +183,8 @@ class Ledger:
         self._scores: OrderedDict[tuple[int, int, int, int], _ScoreCache] = OrderedDict()
         self._version = 0
         self._changed = np.zeros(0, dtype=np.int64)
+        # one PodRequest per distinct (ask, counts GPUs): 450,000 pods share a few dozen
+        self._requests: dict[tuple[Ask, bool], PodRequest] = {}
         self._tie_rng = np.random.default_rng([seed, 0])
         self._policy_rng = np.random.default_rng([seed, 1])
 
@@ -273,9 +286,18 @@ class Ledger:
     def _request(self, ask: Ask, placement: Placement) -> PodRequest:
         """The ask as the simulator's state takes it: its GPU class column is at most ``MAX_GPUS_PER_POD``
         (the GPUs themselves are the placement's); no GPUs when the node has none to count."""
+        key = (ask, bool(placement.gpus))
+        found = self._requests.get(key)
+        if found is not None:
+            return found
         if not placement.gpus:
-            return replace(ask, num_gpu=0, gpu_milli=0).request(self._n_models)
-        return replace(ask, num_gpu=min(ask.num_gpu, MAX_GPUS_PER_POD)).request(self._n_models)
+            request = replace(ask, num_gpu=0, gpu_milli=0).request(self._n_models)
+        else:
+            request = replace(ask, num_gpu=min(ask.num_gpu, MAX_GPUS_PER_POD)).request(self._n_models)
+        if len(self._requests) >= REQUESTS_KEPT:
+            self._requests.clear()
+        self._requests[key] = request
+        return request
 
     def _apply(self, holding: Holding) -> None:
         if self._state is None:
@@ -371,20 +393,19 @@ class Ledger:
 
     # -- pods as the API server reports them -------------------------------------------------------
 
-    def observe_pod(self, pod: Mapping[str, Any]) -> None:
-        """A pod listed or watched: account it where the API says it is (nothing if not bound). A pod
-        whose resources cannot be read is left out (logged); its earlier holding is dropped."""
+    def observe_pod(self, pod: Mapping[str, Any] | PodFacts) -> None:
+        """A pod listed or watched (a raw object, or its ``PodFacts``): account it where the API says
+        it is (nothing if not bound). A pod whose resources cannot be read is left out (logged); its
+        earlier holding is dropped."""
+        facts = _facts(pod)
         with self._mutating():
-            self._observe(pod)
+            self._observe(facts)
 
-    def _observe(self, pod: Mapping[str, Any]) -> None:
-        uid = _uid(pod)
+    def _observe(self, pod: PodFacts) -> None:
+        uid, node = pod.uid, pod.node
         if not uid:
             return
-        phase = _field(pod, "status").get("phase")
-        node = _field(pod, "spec").get("nodeName")
-        node = node if isinstance(node, str) else ""
-        if phase in TERMINAL_PHASES:
+        if pod.phase in TERMINAL_PHASES:
             self._drop(uid)
             return
         if not node:
@@ -394,19 +415,15 @@ class Ledger:
             # our bind landed: the GPUs our filter chose stay (the annotation is what we wrote)
             self._holdings[uid] = replace(old, kind=HoldKind.BOUND, expires_s=float("inf"))
             return
-        try:
-            ask = ask_of(pod, bound=True)
-        except PlacementError as exc:
-            log.warning("pod's resources unreadable; not counted: %s: %s", _pod_name(pod), exc)
+        ask = pod.ask
+        if ask is None:
+            log.warning("pod's resources unreadable; not counted: %s: %s", pod.pod, pod.ask_error)
             self._drop(uid)
             return
-        claim: Assignment | None = None
-        if ask.num_gpu:
-            try:
-                claim = assignment_of(pod)
-            except PlacementError as exc:
-                log.warning("unreadable GPU assignment on %s: %s", _pod_name(pod), exc)
-        holding = Holding(uid=uid, pod=_pod_name(pod), node=node, ask=ask, claim=claim, kind=HoldKind.BOUND)
+        claim = pod.claim
+        if pod.claim_error:
+            log.warning("unreadable GPU assignment on %s: %s", pod.pod, pod.claim_error)
+        holding = Holding(uid=uid, pod=pod.pod, node=node, ask=ask, claim=claim, kind=HoldKind.BOUND)
         if (
             old is not None
             and old.kind is HoldKind.BOUND
@@ -425,23 +442,24 @@ class Ledger:
         with self._mutating():
             self._drop(uid)
 
-    def replace_pods(self, pods: Iterable[Mapping[str, Any]]) -> None:
-        """A full list: pods no longer there are forgotten (our reservations are kept; a bind whose
-        outcome was unknown is resolved: the pod is bound, or gone). The state is rebuilt after, so
-        that guessed GPUs come after every recorded one whatever the list's order."""
+    def replace_pods(self, pods: Iterable[Mapping[str, Any] | PodFacts]) -> None:
+        """A full list (raw objects, or their ``PodFacts``, as the list streams them): pods no longer
+        there are forgotten (our reservations are kept; a bind whose outcome was unknown is resolved:
+        the pod is bound, or gone). The state is rebuilt after, so that guessed GPUs come after every
+        recorded one whatever the list's order."""
+        facts = [_facts(p) for p in pods]  # outside the lock: reading raw objects takes time
         with self._mutating():
-            pods = list(pods)
-            present = {_uid(p) for p in pods}
+            present = {p.uid for p in facts}
             for uid, h in list(self._holdings.items()):
                 if uid not in present and h.kind in (HoldKind.BOUND, HoldKind.UNCERTAIN):
                     self._drop(uid)
             self._state = None
-            for p in pods:
+            for p in facts:
                 try:
                     self._observe(p)
                 except Exception:  # one object the ledger cannot take is refused alone
-                    log.exception("pod cannot be counted; left out: %s", _pod_name(p))
-                    self._drop(_uid(p))
+                    log.exception("pod cannot be counted; left out: %s", p.pod)
+                    self._drop(p.uid)
 
     def settle(self, pod: Mapping[str, Any]) -> None:
         """``pod`` as just read from the API: a bind of it whose outcome was unknown is resolved. Bound:
@@ -453,7 +471,7 @@ class Ledger:
             if h is None or h.kind is not HoldKind.UNCERTAIN:
                 return
             if _field(pod, "spec").get("nodeName"):
-                self._observe(pod)
+                self._observe(facts_of(pod))
             elif self._clock() >= h.unsure_s + self._ttl_s:
                 log.info("bind did not land; GPUs given back: %s on %s", h.pod, h.node)
                 self._drop(uid)

@@ -26,8 +26,18 @@ def event(kind: str, obj: Any) -> dict[str, Any]:
     return {"type": kind, "object": obj}
 
 
+class OnePage:
+    """``KubeApi.list_pages`` of a list that fits one page."""
+
+    def __init__(self, items: list[Any], version: str) -> None:
+        self.items, self.resource_version = items, version
+
+    def __iter__(self) -> Iterator[list[Any]]:
+        yield self.items
+
+
 class ScriptedApi:
-    """``list_objects`` and ``watch`` play a script per collection: each step a list of items (list)
+    """``list_pages`` and ``watch`` play a script per collection: each step a list of items (list)
     or of events (watch), or an exception to raise; an exception among a watch's events is raised
     there. When a collection's script is done, the sync is stopped."""
 
@@ -40,15 +50,15 @@ class ScriptedApi:
         assert self.sync is not None
         self.sync.stop()
 
-    def list_objects(self, path: str) -> tuple[list[Any], str]:
+    def list_pages(self, path: str, **_: Any) -> OnePage:
         self.calls.append(f"list {path}")
         if not self.lists[path]:
             self._done()
-            return [], "0"
+            return OnePage([], "0")
         step = self.lists[path].pop(0)
         if isinstance(step, BaseException):
             raise step
-        return step, "1"
+        return OnePage(step, "1")
 
     def watch(self, path: str, *, resource_version: str, timeout_s: int) -> Iterator[Any]:
         self.calls.append(f"watch {path}")
@@ -158,11 +168,11 @@ def test_liveness_fails_when_a_watch_thread_has_ended() -> None:
     done = threading.Event()
 
     class Dying(ScriptedApi):
-        def list_objects(self, path: str) -> tuple[list[Any], str]:
+        def list_pages(self, path: str, **_: Any) -> OnePage:
             if path == PODS:
                 done.set()
                 raise SystemExit  # ends the thread
-            return [node_object("n1", 1)], "1"
+            return OnePage([node_object("n1", 1)], "1")
 
         def watch(self, path: str, *, resource_version: str, timeout_s: int) -> Iterator[Any]:
             done.wait()

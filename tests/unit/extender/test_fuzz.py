@@ -21,6 +21,7 @@ from kubegpu.extender.cluster import NODES, PODS, ClusterSync
 from kubegpu.extender.handlers import Extender
 from kubegpu.extender.ledger import HoldKind
 from tests.unit.extender.conftest import Clock, gpu_pod, ledger
+from tests.unit.extender.test_cluster_sync import OnePage
 
 SEED = 55
 STEPS = 1500
@@ -113,8 +114,8 @@ class Api:
         self.listed: dict[str, list[Any]] = {NODES: [], PODS: []}
         self.sync: ClusterSync | None = None
 
-    def list_objects(self, path: str) -> tuple[list[Any], str]:
-        return list(self.listed[path]), "1"
+    def list_pages(self, path: str, **_: Any) -> OnePage:
+        return OnePage(list(self.listed[path]), "1")
 
     def watch(self, path: str, *, resource_version: str, timeout_s: int) -> Iterator[Any]:
         batch, self.batch = self.batch, []
@@ -279,13 +280,13 @@ def test_hostile_objects_and_failing_binds_never_stop_the_watch_or_overcommit_a_
     api.listed[PODS] = [*binder.pods.values(), *(hostile_pod(rng, k) for k in range(50))]
     api.batch = [{"type": "ADDED", "object": hostile_pod(rng, 10_000 + k)} for k in range(50)]
     calls: list[str] = []
-    real_list = api.list_objects
+    real_list = api.list_pages
 
-    def counted(path: str) -> tuple[list[Any], str]:
+    def counted(path: str, **_: Any) -> OnePage:
         calls.append(path)
         return real_list(path)
 
-    api.list_objects = counted  # type: ignore[method-assign]
+    api.list_pages = counted  # type: ignore[method-assign]
     sync._stop.clear()
     sync._run(PODS)
     assert calls == [PODS]  # listed once: no exception sent it back to a relist
