@@ -15,7 +15,12 @@ time limit, the whole well under 8 minutes:
    which events) and keep it running; one pod is admitted
    (Allocate with real device nodes), and ``/metrics`` is scraped once;
 5. the comparison: GPU count, bus IDs, UUIDs, product names, memory, MIG mode, MIG
-   device count, driver and CUDA versions, NVML's view against nvidia-smi's.
+   device count, driver and CUDA versions, NVML's view against nvidia-smi's;
+6. with NVIDIA's ``gpu-feature-discovery`` at hand (``--gfd PATH``; by default
+   ``build/oracle/gpu-feature-discovery``, which ``make gpu-smoke-prep`` copies from the oracle's
+   build so that the device machine's run can carry it), GFD's labels of the real GPUs (``--oneshot``,
+   read-only) beside ``kubegpu labels nvml``'s, key by key; a difference is reported, with the ones
+   docs/compat.md explains marked, and does not change the exit status.
 
 Writes under ``--out`` (default ``$OUT``): ``summary.md`` (the table a person reads first),
 ``results.json`` (every command's JSON and the comparison), ``logs.txt`` (stderr, the agent's log,
@@ -49,6 +54,11 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 AGENT_SECONDS = 30  # --agent-seconds
+GFD_DEFAULT = REPO / "build" / "oracle" / "gpu-feature-discovery"  # make gpu-smoke-prep puts it there
+# label keys only one side writes by design (docs/compat.md, "Labels")
+GFD_KNOWN = {
+    "nvidia.com/gpu.present": "kubegpu writes it (charts schedule on it); GFD does not",
+}
 
 
 @dataclass
@@ -178,6 +188,51 @@ def compare(
         if enabled:
             row(f"{tag}: MIG devices", s["mig_devices"], len(mode.get("instances", [])))
     return rows
+
+
+def read_gfd_labels(text: str) -> dict[str, str]:
+    """GFD's ``--output-file``: ``key=value`` lines."""
+    out = {}
+    for line in text.splitlines():
+        key, sep, value = line.strip().partition("=")
+        if sep and key:
+            out[key] = value
+    return out
+
+
+def gfd_rows(gfd: dict[str, str], ours: dict[str, Any]) -> list[dict[str, Any]]:
+    """One row per label key either side writes under nvidia.com/: GFD's value, kubegpu's, agree."""
+    rows = []
+    keys = sorted(k for k in set(gfd) | set(ours) if k.startswith("nvidia.com/"))
+    for key in keys:
+        want, got = gfd.get(key), ours.get(key)
+        rows.append({"label": key, "gfd": want, "kubegpu": got, "agree": want == got,
+                     "known": GFD_KNOWN.get(key, "")})  # fmt: skip
+    return rows
+
+
+def gfd_step(smoke: Smoke, gfd: Path, work: Path) -> list[dict[str, Any]] | None:
+    """NVIDIA's GFD once (``--oneshot``: reads NVML and sysfs, writes one file, changes nothing); the
+    rows, or ``None`` when it did not run (its stderr is in logs.txt)."""
+    out = work / "gfd.labels"
+    step = smoke.run(
+        "gpu-feature-discovery",
+        [
+            str(gfd),
+            "--oneshot",
+            "--no-timestamp",
+            "--use-node-feature-api=false",
+            "--mig-strategy=none",
+            f"--output-file={out}",
+        ],
+        timeout=90,
+    )
+    if not step.ok or not out.is_file():
+        return None
+    labels = read_gfd_labels(out.read_text(encoding="utf-8", errors="replace"))
+    (smoke.out / "gfd.labels").write_text(out.read_text(encoding="utf-8", errors="replace"))
+    ours = smoke.results.get("labels", {})
+    return gfd_rows(labels, ours if isinstance(ours, dict) and "error" not in ours else {})
 
 
 # -- the agent against the kubelet double ---------------------------------------------------------
@@ -339,6 +394,16 @@ def summary(smoke: Smoke, rows: list[dict[str, Any]], dry_run: str | None) -> st
             f"tracebacks {agent.get('tracebacks_in_log')}",
             f"health watch: {json.dumps(agent.get('health_watch'))}",
         ]
+    gfd = smoke.results.get("gfd_comparison", [])
+    if gfd is None:
+        lines += ["", "GFD's labels: gpu-feature-discovery did not run (logs.txt says why)"]
+    elif "gfd_comparison" in smoke.results:
+        differ = [r for r in gfd if not r["agree"]]
+        lines += ["", f"GFD's labels beside kubegpu's: {len(gfd) - len(differ)} of {len(gfd)} keys agree"]
+        if differ:
+            lines += ["", "| label | GFD | kubegpu | why |", "|---|---|---|---|"]
+            lines += [f"| {r['label']} | {r['gfd']} | {r['kubegpu']} | {r['known'] or '**not explained**'} |"
+                      for r in differ]  # fmt: skip
     if "preflight" in smoke.results:
         lines += ["", f"**stopped before the GPU steps:** {smoke.results['preflight']}"]
     return "\n".join(lines) + "\n"
@@ -354,6 +419,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--standin", metavar="SOURCE", help="dry run: the C NVML stand-in plays SOURCE")
     parser.add_argument("--python", default=sys.executable, help="interpreter that runs kubegpu")
     parser.add_argument("--agent-seconds", type=float, default=AGENT_SECONDS, help="the agent's run, seconds")
+    parser.add_argument(
+        "--gfd", type=Path, default=None,
+        help="NVIDIA's gpu-feature-discovery to compare labels with (default: "
+        f"{GFD_DEFAULT.relative_to(REPO)} when it is there; never in a dry run unless given)",
+    )  # fmt: skip
     args = parser.parse_args(argv)
     if args.out is None:
         parser.error("give --out DIR (or set OUT)")
@@ -386,6 +456,9 @@ def main(argv: list[str] | None = None) -> int:
                           ("mig current", "mig current")):  # fmt: skip
             smoke.kubegpu(name, *cmd.split(), "nvml", "--json")
         agent_step(smoke, work, args.agent_seconds)
+        gfd = args.gfd if args.gfd is not None else (GFD_DEFAULT if not args.standin else None)
+        if gfd is not None and (args.gfd is not None or gfd.is_file()):
+            smoke.results["gfd_comparison"] = gfd_step(smoke, gfd, work)
         rows: list[dict[str, Any]] = []
         if smi_step.ok and "topo" in smoke.results and "error" not in smoke.results["topo"]:
             try:
