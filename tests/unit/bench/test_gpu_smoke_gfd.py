@@ -4,6 +4,7 @@ nvidia.com/ label either side writes, the differences docs/compat.md explains ma
 from __future__ import annotations
 
 import importlib.util
+import sys
 from pathlib import Path
 from types import ModuleType
 
@@ -14,6 +15,7 @@ def load_smoke() -> ModuleType:
     spec = importlib.util.spec_from_file_location("gpu_smoke", BENCH / "gpu_smoke.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up there
     spec.loader.exec_module(module)
     return module
 
