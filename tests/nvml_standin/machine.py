@@ -30,7 +30,18 @@ pynvml. The YAML::
         nvlinks:                             # nvmlDeviceGetNvLink{State,RemotePciInfo_v2,RemoteDeviceType}
           - {link: 0, up: true, remote: "00000000:2A:00.0", to: gpu}    # to: gpu | switch
         sample: {gpu_util: 37, mem_util: 12, temperature_c: 41, power_mw: 123456, sm_clock_mhz: 1755,
-                 ecc: [2, 1, 10, 5]}          # sbe volatile, dbe volatile, sbe aggregate, dbe aggregate
+                 ecc: [2, 1, 10, 5],          # sbe volatile, dbe volatile, sbe aggregate, dbe aggregate
+                 mem_clock_mhz: 2619,         # nvmlDeviceGetClockInfo(NVML_CLOCK_MEM)
+                 pcie_replays: 3,             # nvmlDeviceGetPcieReplayCounter
+                 enc_util: 0, dec_util: 7,    # nvmlDeviceGet{En,De}coderUtilization (null: not supported)
+                 reserved_mib: 512,           # nvmlDeviceGetMemoryInfo_v2 .reserved (v1 counts it as used)
+                 # absent: what a board of this kind answers (``derived_telemetry``); null: not supported
+                 memory_temp_c: 47,           # nvmlDeviceGetFieldValues(NVML_FI_DEV_MEMORY_TEMP)
+                 energy_mj: 123456789,        # nvmlDeviceGetTotalEnergyConsumption
+                 remapped_rows: [1, 0, 0, 0], # nvmlDeviceGetRemappedRows: correctable, uncorrectable,
+                                              # pending, failure
+                 gpm: {graphics: 55.0, tensor: 30.0, dram: 40.0, pcie_tx: 100.0, pcie_rx: 200.0}}
+                                              # nvmlGpm*: % and MiB/s (null: GPM not supported)
     ancestors: [[0, 1, 10], ...]             # nvmlDeviceGetTopologyCommonAncestor levels (default 50)
     events: [{gpu: 0, type: xid, data: 79}]  # delivered by the first waits (also: KUBEGPU_NVML_EVENTS)
     faults: [{call: nvmlDeviceGetUUID, code: 15, gpu: 1}]   # gpu -1 or absent: every GPU
@@ -49,6 +60,9 @@ by ``KUBEGPU_NVML_MACHINE``: one record a line, fields separated by spaces, the 
     minor GPU MINOR
     fabric GPU CLUSTER_UUID(32 hex digits) CLIQUE
     gi GPU GI_ID PROFILE_ID START BUSY UUID
+    telemetry GPU MEM_MHZ MEM_TEMP ENERGY_MJ REPLAYS ENC DEC RESERVED_MIB CORR UNC PENDING FAILURE
+              (-1: not supported; CORR -1: no row remapper)
+    gpm GPU GRAPHICS TENSOR DRAM PCIE_TX PCIE_RX    (absent: GPM not supported)
     event GPU xid|dbe|sbe DATA
     fail SYMBOL CODE GPU
     noevents GPU
@@ -56,6 +70,7 @@ by ``KUBEGPU_NVML_MACHINE``: one record a line, fields separated by spaces, the 
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -165,6 +180,28 @@ class NvLinkSpec:
     up: bool = True
 
 
+# Boards with HBM: a memory temperature sensor (NVML_FI_DEV_MEMORY_TEMP) and, from Ampere, a row remapper.
+HBM_BOARDS = re.compile(r"\b(A100|A30|H100|H200|V100|B200|GB200)\b")
+
+
+def derived_telemetry(name: str, compute_capability: list[int], index: int) -> dict[str, Any]:
+    """What a board answers for the telemetry a machine leaves unsaid, by what it is: a memory
+    temperature on HBM boards, energy from Volta (7.0), remapped rows on HBM boards from Ampere (8.0),
+    GPU performance monitoring from Hopper (9.0); ``None`` where NVML says "not supported"."""
+    major = compute_capability[0]
+    hbm = HBM_BOARDS.search(name) is not None
+    return {
+        "memory_temp_c": 45 + index if hbm else None,
+        "energy_mj": 1_000_000_000 + 1000 * index if major >= 7 else None,
+        "remapped_rows": [index, 0, 0, 0] if hbm and major >= 8 else None,
+        "gpm": (
+            {"graphics": 55.0 + index, "tensor": 30.0, "dram": 40.0, "pcie_tx": 100.0, "pcie_rx": 200.0}
+            if major >= 9
+            else None
+        ),
+    }
+
+
 @dataclass
 class SampleSpec:
     gpu_util: int = 37
@@ -173,6 +210,15 @@ class SampleSpec:
     power_mw: int = 123456
     sm_clock_mhz: int = 1755
     ecc: list[int] = field(default_factory=lambda: [0, 0, 0, 0])
+    mem_clock_mhz: int = 1593
+    pcie_replays: int = 0
+    enc_util: int | None = 0
+    dec_util: int | None = 0
+    reserved_mib: int = 0
+    memory_temp_c: int | None = None
+    energy_mj: int | None = None
+    remapped_rows: list[int] | None = None
+    gpm: dict[str, float] | None = None
 
 
 @dataclass
@@ -244,6 +290,9 @@ class Machine:
                     temperature_c=41 + g.index,
                     power_mw=123456 + 1000 * g.index,
                     ecc=[2 * g.index, g.index, 10 + 2 * g.index, 5 + g.index],
+                    **derived_telemetry(
+                        g.product_name, list(capability) if capability is not None else [0, 0], g.index
+                    ),
                 ),
             )
             try:
@@ -321,10 +370,12 @@ class Machine:
             profiles = [MigProfileSpec(**p) for p in g.pop("mig_profiles", [])]
             instances = [MigInstanceSpec(**m) for m in g.pop("mig_instances", [])]
             links = [NvLinkSpec(**k) for k in g.pop("nvlinks", [])]
-            sample = SampleSpec(**(g.pop("sample", {}) or {}))
             if "compute_capability" not in g:  # the catalogue's, for a GPU it knows by NVML's name
                 known = model_for_product(str(g.get("name", "")))
                 g["compute_capability"] = list(known.compute_capability) if known is not None else [0, 0]
+            raw_sample = dict(g.pop("sample", {}) or {})
+            derived = derived_telemetry(str(g.get("name", "")), g["compute_capability"], len(gpus))
+            sample = SampleSpec(**{**derived, **raw_sample})
             gpus.append(
                 GpuSpec(
                     **g,
@@ -367,6 +418,21 @@ class Machine:
             out.append(
                 f"sample {i} {s.gpu_util} {s.mem_util} {s.temperature_c} {s.power_mw} {s.sm_clock_mhz} {ecc}"
             )
+            remap = s.remapped_rows if s.remapped_rows is not None else [-1, -1, -1, -1]
+            telemetry = [
+                s.mem_clock_mhz,
+                s.memory_temp_c,
+                s.energy_mj,
+                s.pcie_replays,
+                s.enc_util,
+                s.dec_util,
+                s.reserved_mib,
+                *remap,
+            ]
+            out.append(f"telemetry {i} " + " ".join(str(-1 if v is None else v) for v in telemetry))
+            if s.gpm is not None:
+                gpm = [s.gpm.get(k, 0.0) for k in ("graphics", "tensor", "dram", "pcie_tx", "pcie_rx")]
+                out.append(f"gpm {i} " + " ".join(f"{float(v):f}" for v in gpm))
             for k in g.nvlinks:
                 out.append(f"nvlink {i} {k.link} {int(k.up)} {k.remote} {2 if k.to == 'switch' else 0}")
             for p in g.mig_profiles:

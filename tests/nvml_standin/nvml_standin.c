@@ -12,7 +12,11 @@
  * (nvmlDeviceGetMinorNumber, nvmlDeviceGetCudaComputeCapability, nvmlDeviceGetHandleByUUID, the
  * MIG-handle, compute-instance and fabric queries), each failing with the code nvml.h documents for
  * the case (e.g. nvmlDeviceGetMaxMigDeviceCount is 0 while MIG is off, and
- * nvmlDeviceGetMigDeviceHandleByIndex is NOT_SUPPORTED then, NOT_FOUND for an empty slot). Any other
+ * nvmlDeviceGetMigDeviceHandleByIndex is NOT_SUPPORTED then, NOT_FOUND for an empty slot). So is the
+ * telemetry dcgm-exporter's default counters need (memory clock, HBM temperature through
+ * nvmlDeviceGetFieldValues, energy, PCIe replays, encoder/decoder utilisation, v2 memory info with
+ * the reserved framebuffer, remapped rows, GPU performance monitoring: nvmlGpm*), "not supported"
+ * where the machine's GPU lacks it. Any other
  * symbol is absent, so pynvml raises NVMLError_FunctionNotFound for it, as with an older driver.
  *
  * The machine comes from the file named by KUBEGPU_NVML_MACHINE, read at nvmlInit: the compiled
@@ -51,6 +55,7 @@ enum {
     NVML_ERROR_RESET_REQUIRED = 16,
     NVML_ERROR_LIB_RM_VERSION_MISMATCH = 18,
     NVML_ERROR_IN_USE = 19,
+    NVML_ERROR_MEMORY = 20,
     NVML_ERROR_INSUFFICIENT_RESOURCES = 23,
     NVML_ERROR_ARGUMENT_VERSION_MISMATCH = 25,
     NVML_ERROR_UNKNOWN = 999,
@@ -62,6 +67,12 @@ enum {
 #define NVML_NVLINK_MAX_LINKS 18
 #define NVML_TEMPERATURE_GPU 0
 #define NVML_CLOCK_SM 1
+#define NVML_CLOCK_MEM 2
+#define NVML_FI_DEV_MEMORY_TEMP 82
+#define NVML_VALUE_TYPE_UNSIGNED_INT 1
+#define NVML_GPM_METRICS_GET_VERSION 1
+#define NVML_GPM_SUPPORT_VERSION 1
+#define MAX_GPM_SAMPLES 256
 #define NVML_MEMORY_ERROR_TYPE_CORRECTED 0
 #define NVML_MEMORY_ERROR_TYPE_UNCORRECTED 1
 #define NVML_VOLATILE_ECC 0
@@ -96,9 +107,67 @@ typedef struct {
 } nvmlMemory_t;
 
 typedef struct {
+    unsigned int version;
+    unsigned long long total;
+    unsigned long long reserved;
+    unsigned long long free;
+    unsigned long long used;
+} nvmlMemory_v2_t;
+#define nvmlMemory_v2 NVML_STRUCT_VERSION(sizeof(nvmlMemory_v2_t), 2)
+
+typedef struct {
     unsigned int gpu;
     unsigned int memory;
 } nvmlUtilization_t;
+
+typedef union {
+    double dVal;
+    unsigned int uiVal;
+    unsigned long ulVal;
+    unsigned long long ullVal;
+    signed long long sllVal;
+    signed int siVal;
+    unsigned short usVal;
+} nvmlValue_t;
+
+typedef struct {
+    unsigned int fieldId;
+    unsigned int scopeId;
+    long long timestamp;
+    long long latencyUsec;
+    int valueType;
+    nvmlReturn_t nvmlReturn;
+    nvmlValue_t value;
+} nvmlFieldValue_t;
+
+/* GPU performance monitoring (nvml.h: nvmlGpm*): an opaque sample, metrics computed between two. */
+typedef struct nvmlGpmSample_st *nvmlGpmSample_t;
+
+typedef struct {
+    char *shortName;
+    char *longName;
+    char *unit;
+} nvmlGpmMetricInfo_t;
+
+typedef struct {
+    unsigned int metricId;
+    nvmlReturn_t nvmlReturn;
+    double value;
+    nvmlGpmMetricInfo_t metricInfo;
+} nvmlGpmMetric_t;
+
+typedef struct {
+    unsigned int version;
+    unsigned int numMetrics;
+    nvmlGpmSample_t sample1;
+    nvmlGpmSample_t sample2;
+    nvmlGpmMetric_t metrics[]; /* NVML_GPM_METRIC_MAX in nvml.h; only numMetrics are read or written */
+} nvmlGpmMetricsGet_t;
+
+typedef struct {
+    unsigned int version;
+    unsigned int isSupportedDevice;
+} nvmlGpmSupport_t;
 
 typedef struct {
     nvmlDevice_t device;
@@ -277,6 +346,10 @@ struct gpu {
     unsigned long long memory_mib, used_mib;
     int mig_capable, mig_current, mig_pending, reset_needed;
     unsigned util_gpu, util_mem, temperature, power_mw, sm_clock;
+    /* telemetry record; -1: "not supported" */
+    long long mem_clock, mem_temp, energy_mj, replays, enc, dec, reserved_mib, remap[4];
+    int gpm;          /* GPU performance monitoring (Hopper and later) */
+    double gpm_values[5]; /* graphics %, any tensor %, DRAM bandwidth %, PCIe TX MiB/s, PCIe RX MiB/s */
     long long ecc[4]; /* sbe volatile, dbe volatile, sbe aggregate, dbe aggregate; -1: no ECC */
     struct link links[NVML_NVLINK_MAX_LINKS];
     struct profile profiles[MAX_PROFILES];
@@ -288,6 +361,10 @@ struct gpu {
     int fabric;             /* attached to an NVLink fabric (nvmlDeviceGetGpuFabricInfo) */
     unsigned char cluster_uuid[NVML_GPU_FABRIC_UUID_LEN];
     unsigned clique;
+};
+
+struct nvmlGpmSample_st {
+    int used, taken, gpu, gi; /* gi: the GPU instance slot of a MIG sample, -1 for the whole GPU */
 };
 
 struct fault {
@@ -318,6 +395,7 @@ static struct {
     unsigned long long type, data;
 } queued_events[64];
 static int nqueued;
+static struct nvmlGpmSample_st gpm_samples[MAX_GPM_SAMPLES];
 
 /* ------------------------------------------------------------------ reading the machine file */
 
@@ -369,6 +447,8 @@ static nvmlReturn_t load_machine(void) {
                 x->supported_events = nvmlEventTypeXidCriticalError | nvmlEventTypeDoubleBitEccError |
                                       nvmlEventTypeSingleBitEccError;
                 for (int k = 0; k < 4; k++) x->ecc[k] = -1;
+                x->mem_clock = x->mem_temp = x->energy_mj = x->replays = x->enc = x->dec = -1;
+                for (int k = 0; k < 4; k++) x->remap[k] = -1;
                 ngpus++;
             }
             continue;
@@ -499,6 +579,32 @@ static nvmlReturn_t load_machine(void) {
                 }
                 gpus[g].clique = clique;
                 gpus[g].fabric = 1;
+            }
+            continue;
+        }
+        if (!strncmp(line, "telemetry ", 10)) {
+            long long v[11];
+            if (sscanf(line, "telemetry %d %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld", &g, &v[0], &v[1],
+                       &v[2], &v[3], &v[4], &v[5], &v[6], &v[7], &v[8], &v[9], &v[10]) == 12 &&
+                g >= 0 && g < ngpus) {
+                struct gpu *x = &gpus[g];
+                x->mem_clock = v[0];
+                x->mem_temp = v[1];
+                x->energy_mj = v[2];
+                x->replays = v[3];
+                x->enc = v[4];
+                x->dec = v[5];
+                x->reserved_mib = v[6] < 0 ? 0 : v[6];
+                for (int k = 0; k < 4; k++) x->remap[k] = v[7 + k];
+            }
+            continue;
+        }
+        if (!strncmp(line, "gpm ", 4)) {
+            double v[5];
+            if (sscanf(line, "gpm %d %lf %lf %lf %lf %lf", &g, &v[0], &v[1], &v[2], &v[3], &v[4]) == 6 && g >= 0 &&
+                g < ngpus) {
+                gpus[g].gpm = 1;
+                memcpy(gpus[g].gpm_values, v, sizeof v);
             }
             continue;
         }
@@ -708,9 +814,28 @@ nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *memory) 
         memory->used = 0;
     } else {
         memory->total = gpus[g].memory_mib * mib;
-        memory->used = gpus[g].used_mib * mib;
+        memory->used = (gpus[g].used_mib + (unsigned long long)gpus[g].reserved_mib) * mib; /* v1: reserved is used */
     }
     memory->free = memory->total - memory->used;
+    return NVML_SUCCESS;
+}
+
+/* v2 reports the driver's reserved framebuffer apart: used + reserved + free = total. */
+nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t *memory) {
+    DEVICE("nvmlDeviceGetMemoryInfo_v2", device, g);
+    if (!memory) return NVML_ERROR_INVALID_ARGUMENT;
+    if (memory->version != nvmlMemory_v2) return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+    const unsigned long long mib = 1ULL << 20;
+    if (is_mig(device)) {
+        memory->total = gpus[g].gis[device->gi].profile->memory_mb * mib;
+        memory->reserved = 0;
+        memory->used = 0;
+    } else {
+        memory->total = gpus[g].memory_mib * mib;
+        memory->reserved = (unsigned long long)gpus[g].reserved_mib * mib;
+        memory->used = gpus[g].used_mib * mib;
+    }
+    memory->free = memory->total - memory->reserved - memory->used;
     return NVML_SUCCESS;
 }
 
@@ -740,7 +865,184 @@ nvmlReturn_t nvmlDeviceGetPowerUsage(nvmlDevice_t device, unsigned int *power) {
 nvmlReturn_t nvmlDeviceGetClockInfo(nvmlDevice_t device, unsigned int type, unsigned int *clock) {
     DEVICE("nvmlDeviceGetClockInfo", device, g);
     if (!clock || type > 3) return NVML_ERROR_INVALID_ARGUMENT;
+    if (type == NVML_CLOCK_MEM) {
+        if (gpus[g].mem_clock < 0) return NVML_ERROR_NOT_SUPPORTED;
+        *clock = (unsigned)gpus[g].mem_clock;
+        return NVML_SUCCESS;
+    }
     *clock = type == NVML_CLOCK_SM ? gpus[g].sm_clock : 0;
+    return NVML_SUCCESS;
+}
+
+/* Device telemetry NVML answers for a whole GPU; a MIG device handle gets "not supported". */
+static nvmlReturn_t whole_gpu_value(nvmlDevice_t device, long long value) {
+    if (is_mig(device) || value < 0) return NVML_ERROR_NOT_SUPPORTED;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetTotalEnergyConsumption(nvmlDevice_t device, unsigned long long *energy) {
+    DEVICE("nvmlDeviceGetTotalEnergyConsumption", device, g);
+    if (!energy) return NVML_ERROR_INVALID_ARGUMENT;
+    nvmlReturn_t rc = whole_gpu_value(device, gpus[g].energy_mj);
+    if (rc == NVML_SUCCESS) *energy = (unsigned long long)gpus[g].energy_mj;
+    return rc;
+}
+
+nvmlReturn_t nvmlDeviceGetPcieReplayCounter(nvmlDevice_t device, unsigned int *value) {
+    DEVICE("nvmlDeviceGetPcieReplayCounter", device, g);
+    if (!value) return NVML_ERROR_INVALID_ARGUMENT;
+    nvmlReturn_t rc = whole_gpu_value(device, gpus[g].replays);
+    if (rc == NVML_SUCCESS) *value = (unsigned)gpus[g].replays;
+    return rc;
+}
+
+static nvmlReturn_t engine_utilization(nvmlDevice_t device, long long value, unsigned int *util,
+                                       unsigned int *period_us) {
+    if (!util || !period_us) return NVML_ERROR_INVALID_ARGUMENT;
+    nvmlReturn_t rc = whole_gpu_value(device, value);
+    if (rc != NVML_SUCCESS) return rc;
+    *util = (unsigned)value;
+    *period_us = 167000;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetEncoderUtilization(nvmlDevice_t device, unsigned int *util, unsigned int *period_us) {
+    DEVICE("nvmlDeviceGetEncoderUtilization", device, g);
+    return engine_utilization(device, gpus[g].enc, util, period_us);
+}
+
+nvmlReturn_t nvmlDeviceGetDecoderUtilization(nvmlDevice_t device, unsigned int *util, unsigned int *period_us) {
+    DEVICE("nvmlDeviceGetDecoderUtilization", device, g);
+    return engine_utilization(device, gpus[g].dec, util, period_us);
+}
+
+nvmlReturn_t nvmlDeviceGetRemappedRows(nvmlDevice_t device, unsigned int *corr, unsigned int *unc,
+                                       unsigned int *pending, unsigned int *failure) {
+    DEVICE("nvmlDeviceGetRemappedRows", device, g);
+    if (!corr || !unc || !pending || !failure) return NVML_ERROR_INVALID_ARGUMENT;
+    nvmlReturn_t rc = whole_gpu_value(device, gpus[g].remap[0]);
+    if (rc != NVML_SUCCESS) return rc;
+    *corr = (unsigned)gpus[g].remap[0];
+    *unc = (unsigned)gpus[g].remap[1];
+    *pending = (unsigned)gpus[g].remap[2];
+    *failure = (unsigned)gpus[g].remap[3];
+    return NVML_SUCCESS;
+}
+
+/* Field values: the one field kubegpu reads (the HBM temperature); any other is "not supported" in
+ * its own nvmlReturn, and the call itself succeeds, as nvml.h documents. */
+nvmlReturn_t nvmlDeviceGetFieldValues(nvmlDevice_t device, int count, nvmlFieldValue_t *values) {
+    DEVICE("nvmlDeviceGetFieldValues", device, g);
+    if (!values || count < 0) return NVML_ERROR_INVALID_ARGUMENT;
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    for (int i = 0; i < count; i++) {
+        nvmlFieldValue_t *v = &values[i];
+        v->timestamp = (long long)now.tv_sec * 1000000 + now.tv_nsec / 1000;
+        v->latencyUsec = 0;
+        v->nvmlReturn = NVML_ERROR_NOT_SUPPORTED;
+        if (v->fieldId == NVML_FI_DEV_MEMORY_TEMP && whole_gpu_value(device, gpus[g].mem_temp) == NVML_SUCCESS) {
+            v->valueType = NVML_VALUE_TYPE_UNSIGNED_INT;
+            v->value.ullVal = 0;
+            v->value.uiVal = (unsigned)gpus[g].mem_temp;
+            v->nvmlReturn = NVML_SUCCESS;
+        }
+    }
+    return NVML_SUCCESS;
+}
+
+/* ------------------------------------------------------------ GPU performance monitoring */
+
+nvmlReturn_t nvmlGpmQueryDeviceSupport(nvmlDevice_t device, nvmlGpmSupport_t *support) {
+    DEVICE("nvmlGpmQueryDeviceSupport", device, g);
+    if (!support) return NVML_ERROR_INVALID_ARGUMENT;
+    if (support->version != NVML_GPM_SUPPORT_VERSION) return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+    support->isSupportedDevice = (unsigned)gpus[g].gpm;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlGpmSampleAlloc(nvmlGpmSample_t *sample) {
+    ENTER("nvmlGpmSampleAlloc", -1);
+    if (!sample) return NVML_ERROR_INVALID_ARGUMENT;
+    pthread_mutex_lock(&lock);
+    nvmlReturn_t rc = NVML_ERROR_MEMORY;
+    for (int i = 0; i < MAX_GPM_SAMPLES; i++)
+        if (!gpm_samples[i].used) {
+            gpm_samples[i] = (struct nvmlGpmSample_st){.used = 1, .gpu = -1, .gi = -1};
+            *sample = &gpm_samples[i];
+            rc = NVML_SUCCESS;
+            break;
+        }
+    pthread_mutex_unlock(&lock);
+    return rc;
+}
+
+static int gpm_sample_valid(nvmlGpmSample_t sample) {
+    return sample && sample >= gpm_samples && sample < gpm_samples + MAX_GPM_SAMPLES && sample->used;
+}
+
+nvmlReturn_t nvmlGpmSampleFree(nvmlGpmSample_t sample) {
+    ENTER("nvmlGpmSampleFree", -1);
+    if (!gpm_sample_valid(sample)) return NVML_ERROR_INVALID_ARGUMENT;
+    sample->used = 0;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlGpmSampleGet(nvmlDevice_t device, nvmlGpmSample_t sample) {
+    DEVICE("nvmlGpmSampleGet", device, g);
+    if (!gpm_sample_valid(sample) || is_mig(device)) return NVML_ERROR_INVALID_ARGUMENT;
+    if (!gpus[g].gpm) return NVML_ERROR_NOT_SUPPORTED;
+    sample->gpu = g;
+    sample->gi = -1;
+    sample->taken = 1;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlGpmMigSampleGet(nvmlDevice_t device, unsigned int gpu_instance_id, nvmlGpmSample_t sample) {
+    DEVICE("nvmlGpmMigSampleGet", device, g);
+    if (!gpm_sample_valid(sample) || is_mig(device)) return NVML_ERROR_INVALID_ARGUMENT;
+    if (!gpus[g].gpm) return NVML_ERROR_NOT_SUPPORTED;
+    for (int s = 0; s < MAX_GI; s++)
+        if (gpus[g].gis[s].used && gpus[g].gis[s].id == gpu_instance_id) {
+            sample->gpu = g;
+            sample->gi = s;
+            sample->taken = 1;
+            return NVML_SUCCESS;
+        }
+    return NVML_ERROR_INVALID_ARGUMENT; /* no GPU instance of that id */
+}
+
+/* The machine's figures for every interval: a whole GPU's as described; a GPU instance's activity is
+ * the GPU's while the instance is busy and 0 while idle, and PCIe traffic is the GPU's alone
+ * (its metrics answer "not supported" for an instance). */
+nvmlReturn_t nvmlGpmMetricsGet(nvmlGpmMetricsGet_t *request) {
+    ENTER("nvmlGpmMetricsGet", -1);
+    if (!request) return NVML_ERROR_INVALID_ARGUMENT;
+    if (request->version != NVML_GPM_METRICS_GET_VERSION) return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+    nvmlGpmSample_t a = request->sample1, b = request->sample2;
+    if (!gpm_sample_valid(a) || !gpm_sample_valid(b) || !a->taken || !b->taken || a->gpu != b->gpu ||
+        a->gi != b->gi || a->gpu < 0 || a->gpu >= ngpus)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    const struct gpu *x = &gpus[a->gpu];
+    static char *names[5][3] = {{"gr_util", "graphics utilization", "%"},
+                                {"any_tensor_util", "any tensor utilization", "%"},
+                                {"dram_bw_util", "DRAM bandwidth utilization", "%"},
+                                {"pcie_tx", "PCIe TX", "MiB/sec"},
+                                {"pcie_rx", "PCIe RX", "MiB/sec"}};
+    static const unsigned ids[5] = {1, 5, 10, 20, 21}; /* NVML_GPM_METRIC_* */
+    for (unsigned i = 0; i < request->numMetrics; i++) {
+        nvmlGpmMetric_t *m = &request->metrics[i];
+        m->nvmlReturn = NVML_ERROR_NOT_SUPPORTED;
+        m->value = 0;
+        m->metricInfo = (nvmlGpmMetricInfo_t){0};
+        for (int k = 0; k < 5; k++) {
+            if (m->metricId != ids[k]) continue;
+            if (a->gi >= 0 && k >= 3) break;
+            m->value = a->gi >= 0 && !x->gis[a->gi].busy ? 0.0 : x->gpm_values[k];
+            m->metricInfo = (nvmlGpmMetricInfo_t){names[k][0], names[k][1], names[k][2]};
+            m->nvmlReturn = NVML_SUCCESS;
+        }
+    }
     return NVML_SUCCESS;
 }
 

@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import Any, cast
 
 from kubegpu.backoff import Backoff, describe
 from kubegpu.errors import KubegpuError, SourceError
@@ -33,7 +33,7 @@ from kubegpu.model.gpu import CATALOGUE, GpuModel
 from kubegpu.model.mig import GI_PROFILE_SHAPES, nvidia_memory_gb, nvidia_profile_name
 from kubegpu.model.mig import profiles as mig_profiles
 from kubegpu.model.node import Gpu, GpuUuid, MigAttributes, MigInstance, Node, sysfs_bus_id
-from kubegpu.model.sample import GpuSample, MemoryUse
+from kubegpu.model.sample import GpuSample, MemoryUse, Profiling, RemappedRows
 from kubegpu.model.topology import Link, LinkKind, Topology
 
 __all__ = [
@@ -206,6 +206,31 @@ def _catalogue(product: str) -> tuple[str, GpuModel | None]:
     return product.removeprefix("NVIDIA ").replace(" ", "-"), None
 
 
+# NVML_ERROR_FUNCTION_NOT_FOUND: this driver's NVML lacks the call (an older driver).
+_FUNCTION_NOT_FOUND = 13
+_FI_DEV_MEMORY_TEMP = 82  # NVML_FI_DEV_MEMORY_TEMP
+GPM_MIN_INTERVAL_S = 1.0
+# (NVML_GPM_METRIC_*, Profiling field, scale to dcgm-exporter's unit): GPM gives percentages and MiB/s,
+# DCGM's profiling fields are ratios and bytes/s.
+_GPM_METRICS: tuple[tuple[int, str, float], ...] = (
+    (1, "gr_engine_active", 0.01),  # GRAPHICS_UTIL
+    (5, "tensor_active", 0.01),  # ANY_TENSOR_UTIL
+    (10, "dram_active", 0.01),  # DRAM_BW_UTIL
+    (20, "pcie_tx_bytes", float(2**20)),  # PCIE_TX_PER_SEC
+    (21, "pcie_rx_bytes", float(2**20)),  # PCIE_RX_PER_SEC
+)
+
+
+def _raise(error: BaseException) -> None:
+    raise error
+
+
+def _field_number(field: Any) -> float:
+    """The number in an ``nvmlFieldValue_t`` by its ``valueType`` (nvmlValueType_t)."""
+    member = {0: "dVal", 1: "uiVal", 2: "ulVal", 3: "ullVal", 4: "sllVal", 5: "siVal", 6: "usVal"}
+    return float(getattr(field.value, member.get(int(field.valueType), "uiVal")))
+
+
 def _memory_use(info: Any) -> MemoryUse:
     return MemoryUse(used_mib=int(info.used) // 2**20, free_mib=int(info.free) // 2**20)
 
@@ -265,6 +290,11 @@ class NvmlSource:
         self._handles: list[Any] = []
         self._registered: dict[int, int] = {}  # GPU index -> event mask registered this watch session
         self._model: GpuModel | None = None
+        # GPU performance monitoring: per (GPU, GPU instance or None) the last sample, when it was
+        # taken and the figures it gave; per GPU whether it has GPM
+        self._gpm_lock = threading.Lock()
+        self._gpm_samples: dict[tuple[int, int | None], tuple[Any, float, Profiling | None]] = {}
+        self._gpm_support: dict[int, bool] = {}
 
     @classmethod
     def open(cls, nvml: ModuleType | Any | None = None, *, sysfs: Path = Path("/sys")) -> NvmlSource:
@@ -555,68 +585,203 @@ class NvmlSource:
             return ""
 
     def read_sample(self, index: int) -> GpuSample:
-        """GPU ``index``'s utilisation, framebuffer, temperature, power, SM clock and ECC counts.
+        """GPU ``index``'s telemetry: utilisation (GPU, memory copy, encoder, decoder), framebuffer
+        (with NVML's reserved part), temperatures, power, energy, clocks, PCIe replays, ECC counts,
+        remapped rows and, on GPUs with GPU performance monitoring (Hopper and later), the profiling
+        fields between this read and the previous one (``_profiling``).
 
         A read NVML refuses leaves its field ``None`` and says why in ``problems`` (explained as
         every NVML failure is), except "not supported" (code 3), which is what a GPU without the
-        counter answers and is left out silently. ``read_node`` must have run (it finds the handles).
+        counter answers, and a call this NVML lacks: both are left out silently. ``read_node`` must
+        have run (it finds the handles).
         """
         nv = self._nvml
         handle = self._handles[index]
         problems: list[str] = []
 
-        def read(what: str, fn: Callable[..., Any], *args: Any) -> Any:
+        def read(what: str, fn: Callable[..., Any] | str, *args: Any) -> Any:
             try:
-                return fn(*args)
+                call = getattr(nv, fn) if isinstance(fn, str) else fn
+                return call(*args)
             except nv.NVMLError as exc:
-                if getattr(exc, "value", None) != 3:
+                if getattr(exc, "value", None) not in (3, _FUNCTION_NOT_FOUND):
                     problems.append(f"{what}: {explain(exc)}")
                 return None
             except AttributeError:  # an older nvidia-ml-py without the call
                 return None
 
         rates = read("utilization", nv.nvmlDeviceGetUtilizationRates, handle)
-        memory = read("memory", nv.nvmlDeviceGetMemoryInfo, handle)
+        memory = self._memory(handle, read)
         temperature = read("temperature", nv.nvmlDeviceGetTemperature, handle, nv.NVML_TEMPERATURE_GPU)
         power_mw = read("power", nv.nvmlDeviceGetPowerUsage, handle)
         sm_clock = read("SM clock", nv.nvmlDeviceGetClockInfo, handle, nv.NVML_CLOCK_SM)
+        mem_clock = read("memory clock", "nvmlDeviceGetClockInfo", handle, getattr(nv, "NVML_CLOCK_MEM", 2))
+        energy = read("energy", "nvmlDeviceGetTotalEnergyConsumption", handle)
+        replays = read("PCIe replay counter", "nvmlDeviceGetPcieReplayCounter", handle)
+        encoder = read("encoder utilization", "nvmlDeviceGetEncoderUtilization", handle)
+        decoder = read("decoder utilization", "nvmlDeviceGetDecoderUtilization", handle)
+        rows = read("remapped rows", "nvmlDeviceGetRemappedRows", handle)
 
         def ecc(error_type: int, counter: int) -> int | None:
             value = read("ECC counters", nv.nvmlDeviceGetTotalEccErrors, handle, error_type, counter)
             return None if value is None else int(value)
 
         corrected, uncorrected = nv.NVML_MEMORY_ERROR_TYPE_CORRECTED, nv.NVML_MEMORY_ERROR_TYPE_UNCORRECTED
+        mig_memory, mig_profiling = self._mig_readings(index, handle, read)
         return GpuSample(
             gpu_util=None if rates is None else float(rates.gpu),
             mem_copy_util=None if rates is None else float(rates.memory),
             temperature_c=None if temperature is None else float(temperature),
             power_w=None if power_mw is None else power_mw / 1000.0,
-            memory=None if memory is None else _memory_use(memory),
+            memory=memory,
             sm_clock_mhz=None if sm_clock is None else float(sm_clock),
+            mem_clock_mhz=None if mem_clock is None else float(mem_clock),
+            memory_temperature_c=self._memory_temperature(handle, read),
+            energy_mj=None if energy is None else int(energy),
+            pcie_replays=None if replays is None else int(replays),
+            enc_util=None if encoder is None else float(encoder[0]),
+            dec_util=None if decoder is None else float(decoder[0]),
+            remapped_rows=None
+            if rows is None
+            else RemappedRows(correctable=int(rows[0]), uncorrectable=int(rows[1]), failed=bool(rows[3])),
             ecc_sbe_volatile=ecc(corrected, nv.NVML_VOLATILE_ECC),
             ecc_dbe_volatile=ecc(uncorrected, nv.NVML_VOLATILE_ECC),
             ecc_sbe_aggregate=ecc(corrected, nv.NVML_AGGREGATE_ECC),
             ecc_dbe_aggregate=ecc(uncorrected, nv.NVML_AGGREGATE_ECC),
-            mig_memory=self._mig_memory(handle, read),
+            profiling=self._profiling((index, None), handle, read),
+            mig_memory=mig_memory,
+            mig_profiling=mig_profiling,
             problems=tuple(dict.fromkeys(problems)),
         )
 
-    def _mig_memory(self, handle: Any, read: Callable[..., Any]) -> dict[str, MemoryUse]:
+    def _memory(self, handle: Any, read: Callable[..., Any]) -> MemoryUse | None:
+        """The framebuffer from NVML's v2 memory info (used, free and reserved, which v2's ``used``
+        excludes, as DCGM reports them), else from v1 (no reserved figure) where this NVML lacks v2."""
+        nv = self._nvml
+        version = getattr(nv, "nvmlMemory_v2", None)
+        if version is not None:
+            try:
+                info = nv.nvmlDeviceGetMemoryInfo(handle, version)
+            except nv.NVMLError as exc:
+                if getattr(exc, "value", None) not in (3, _FUNCTION_NOT_FOUND):
+                    return cast("MemoryUse | None", read("memory", _raise, exc))
+            except (AttributeError, TypeError):  # a binding without the version argument
+                pass
+            else:
+                return MemoryUse(
+                    used_mib=int(info.used) // 2**20,
+                    free_mib=int(info.free) // 2**20,
+                    reserved_mib=int(info.reserved) // 2**20,
+                )
+        info = read("memory", nv.nvmlDeviceGetMemoryInfo, handle)
+        return None if info is None else _memory_use(info)
+
+    def _memory_temperature(self, handle: Any, read: Callable[..., Any]) -> float | None:
+        """HBM temperature: NVML's field ``NVML_FI_DEV_MEMORY_TEMP`` (82), as DCGM reads it; boards
+        without a memory sensor answer "not supported" in the field's own return code."""
+        nv = self._nvml
+        values = read("memory temperature", "nvmlDeviceGetFieldValues", handle, [_FI_DEV_MEMORY_TEMP])
+        if not values:
+            return None
+        field = values[0]
+        code = int(field.nvmlReturn)
+        if code != 0:
+            read("memory temperature", _raise, nv.NVMLError(code))
+            return None
+        return float(_field_number(field))
+
+    def _mig_readings(
+        self, index: int, handle: Any, read: Callable[..., Any]
+    ) -> tuple[dict[str, MemoryUse], dict[str, Profiling]]:
+        """Each MIG instance's own framebuffer and profiling fields, by MIG UUID."""
         nv = self._nvml
         mode = read("MIG mode", nv.nvmlDeviceGetMigMode, handle)
         if mode is None or mode[0] != nv.NVML_DEVICE_MIG_ENABLE:
-            return {}
-        out: dict[str, MemoryUse] = {}
+            return {}, {}
+        memory: dict[str, MemoryUse] = {}
+        profiling: dict[str, Profiling] = {}
         for j in range(read("max MIG device count", nv.nvmlDeviceGetMaxMigDeviceCount, handle) or 0):
             try:
                 mig = nv.nvmlDeviceGetMigDeviceHandleByIndex(handle, j)
             except nv.NVMLError:
                 continue  # an empty slot
             uuid = read("MIG UUID", nv.nvmlDeviceGetUUID, mig)
-            memory = read("MIG memory", nv.nvmlDeviceGetMemoryInfo, mig)
-            if uuid is not None and memory is not None:
-                out[_text(uuid)] = _memory_use(memory)
-        return out
+            if uuid is None:
+                continue
+            used = self._memory(mig, read)
+            if used is not None:
+                memory[_text(uuid)] = used
+            gi_id = read("GPU instance id", "nvmlDeviceGetGpuInstanceId", mig)
+            if gi_id is not None:
+                own = self._profiling((index, int(gi_id)), handle, read)
+                if own is not None:
+                    profiling[_text(uuid)] = own
+        return memory, profiling
+
+    def _gpm_supported(self, index: int, handle: Any, read: Callable[..., Any]) -> bool:
+        with self._gpm_lock:
+            known = self._gpm_support.get(index)
+        if known is None:
+            support = read("GPU performance monitoring", "nvmlGpmQueryDeviceSupport", handle)
+            known = support is not None and bool(support.isSupportedDevice)
+            with self._gpm_lock:
+                self._gpm_support[index] = known
+        return known
+
+    def _profiling(
+        self, key: tuple[int, int | None], handle: Any, read: Callable[..., Any]
+    ) -> Profiling | None:
+        """dcgm-exporter's profiling fields from NVML's GPU performance monitoring (GPM, Hopper and
+        later) for GPU ``key[0]`` or, with ``key[1]`` a GPU instance id, that MIG instance.
+
+        GPM measures between two samples: each read takes one and reports the metrics since the
+        previous read's (the first read of a GPU reports none). A read within ``GPM_MIN_INTERVAL_S``
+        of the previous sample repeats the last figures instead of measuring a few milliseconds.
+        ``None`` where the GPU has no GPM (before Hopper: not faked)."""
+        if not self._gpm_supported(key[0], handle, read):
+            return None
+        now = time.monotonic()
+        with self._gpm_lock:
+            previous = self._gpm_samples.get(key)
+            if previous is not None and previous[2] is not None and now - previous[1] < GPM_MIN_INTERVAL_S:
+                return previous[2]
+            sample = read("GPM sample", "nvmlGpmSampleAlloc")
+            if sample is None:
+                return None
+            if key[1] is None:
+                taken = read("GPM sample", "nvmlGpmSampleGet", handle, sample)
+            else:
+                taken = read("GPM sample", "nvmlGpmMigSampleGet", handle, key[1], sample)
+            if taken is None:
+                read("GPM sample", "nvmlGpmSampleFree", sample)
+                return None
+            result = None if previous is None else self._gpm_metrics(previous[0], sample, read)
+            if previous is not None:
+                read("GPM sample", "nvmlGpmSampleFree", previous[0])
+            self._gpm_samples[key] = (sample, now, result)
+            return result
+
+    def _gpm_metrics(self, first: Any, second: Any, read: Callable[..., Any]) -> Profiling | None:
+        nv = self._nvml
+        try:
+            request = nv.c_nvmlGpmMetricsGet_t()
+        except AttributeError:
+            return None
+        request.version = getattr(nv, "NVML_GPM_METRICS_GET_VERSION", 1)
+        request.numMetrics = len(_GPM_METRICS)
+        request.sample1 = first
+        request.sample2 = second
+        for i, (metric, _, _) in enumerate(_GPM_METRICS):
+            request.metrics[i].metricId = metric
+        answer = read("GPM metrics", "nvmlGpmMetricsGet", request)
+        if answer is None:
+            return None
+        values: dict[str, float] = {}
+        for i, (_, name, scale) in enumerate(_GPM_METRICS):
+            got = answer.metrics[i]
+            if int(got.nvmlReturn) == 0:
+                values[name] = float(got.value) * scale
+        return Profiling(**values) if values else None
 
     # -- health ---------------------------------------------------------------------------------
 
