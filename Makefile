@@ -98,6 +98,14 @@ bench: $(STAMP)
 	$(BIN)/python bench/deviceplugin_bench.py
 	$(BIN)/python bench/agent_soak.py
 
+## NVIDIA's GFD v0.17.4 (built for the oracle test, tests/oracle/build.sh, cached in the rig cache) copied
+## to build/oracle, where bench/gpu_smoke.sh finds it: the device tool carries build/oracle (docs/gpu-smoke.md).
+.PHONY: gpu-smoke-prep
+gpu-smoke-prep:
+	@mkdir -p build/oracle
+	@bin="$$(tests/oracle/build.sh | tail -n 1)" && cp "$$bin/gpu-feature-discovery" build/oracle/ && \
+		echo "build/oracle/gpu-feature-discovery (from $$bin)"
+
 ## Regenerate the kubelet API stubs from the hand-written protos: Device Plugin v1beta1
 ## (src/kubegpu/deviceplugin/api/) and PodResources v1 (src/kubegpu/podresources/api/).
 proto: $(STAMP)
