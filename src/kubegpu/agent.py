@@ -79,6 +79,8 @@ from kubegpu.deviceplugin.config import AgentConfig, SharingKind, load_config
 from kubegpu.deviceplugin.inventory import GPU_RESOURCE, Inventory, Resource, ResourceKind, build_inventory
 from kubegpu.deviceplugin.kubelet_socket import SocketIdentity, socket_identity
 from kubegpu.deviceplugin.listsize import check_inventory
+from kubegpu.deviceplugin.mps import DaemonPlan, daemon_plans
+from kubegpu.deviceplugin.mps_daemon import MpsSupervisor, find_control
 from kubegpu.deviceplugin.plugin import ResourcePlugin
 from kubegpu.deviceplugin.response import MountSpec
 from kubegpu.deviceplugin.server import REGISTER_TIMEOUT_S, PluginServer, RpcObserver, register
@@ -136,6 +138,7 @@ class AgentOptions:
     simulated_nvidia_smi: bool = False  # --node-spec only: mount a stand-in nvidia-smi into containers
     node_name: str | None = None  # the Node the labels and the quarantine go to; None: both off
     kubeconfig: str | None = None  # None: the pod's service account (in a pod), else ~/.kube/config
+    mps_check_s: float = 1.0  # how often the MPS control daemons are checked (and first restarted)
 
     @property
     def kubelet_socket_path(self) -> Path | None:
@@ -194,6 +197,7 @@ class Agent:
         self._driver: DriverVersions | None = None
         self._shares: ShareBroker | None = None
         self._shares_tried = False
+        self._mps: MpsSupervisor | None = None  # the MPS control daemons (deviceplugin/mps_daemon.py)
 
     # -- building ---------------------------------------------------------------------------------
 
@@ -242,6 +246,9 @@ class Agent:
         wants_shares = config.fractional and (
             resource.kind is ResourceKind.MILLI or resource.name == GPU_RESOURCE
         )
+        share_memory = None
+        if config.mps_shares and resource.kind is ResourceKind.MILLI:
+            share_memory = {g.index: g.memory_mib for g in inventory.node.gpus}
         return ResourcePlugin(
             resource=resource,
             topology=inventory.node.topology,
@@ -249,7 +256,39 @@ class Agent:
             tracker=tracker,
             extra_mounts=self._sim_mounts,
             shares=self._share_broker() if wants_shares else None,
+            mps=self._mps,
+            share_memory_mib=share_memory,
         )
+
+    def _mps_daemons(self, plans: tuple[DaemonPlan, ...], config: AgentConfig) -> None:
+        """Build the MPS supervisor the first time ``plans`` ask for a daemon (``ConfigError`` when
+        ``nvidia-cuda-mps-control`` cannot be found), then start what ``plans`` need that does not run:
+        before any server advertises their resources."""
+        if not plans:
+            return
+        if not self.options.use_nvml and not config.mps_control:
+            # simulated GPUs have no MPS to run: a daemon only when one is named (a stand-in, in tests)
+            if self._mps is None:
+                log.info("simulated GPUs: no MPS control daemon runs (kubegpu.mps.control names one to run)")
+            return
+        if self._mps is None:
+            binary = find_control(config, self.options.env.get("PATH") or os.environ.get("PATH"))
+
+            def wake() -> None:
+                tracker = self.tracker
+                if tracker is not None:
+                    tracker.wake()  # every ListAndWatch looks again at once
+
+            self._mps = MpsSupervisor(
+                binary,
+                base_env=os.environ,
+                check_s=self.options.mps_check_s,
+                max_backoff_s=self.options.max_backoff_s,
+                on_change=wake,
+            )
+            log.info("MPS control daemons supervised", extra={"control": binary})
+        self._mps.apply(plans)
+        self._mps.start()  # its checks (and restarts); once only, also when a reload brings MPS first
 
     def _share_broker(self) -> ShareBroker | None:
         """The shares' broker (built once, on the first resource that needs it); None, with one log
@@ -417,6 +456,12 @@ class Agent:
                 '(mount the host\'s CDI directory, or set kubegpu.cdiSpecDir "" when another tool '
                 "writes the spec of kubegpu.cdiKind)"
             ) from exc
+        self.tracker = tracker
+        try:
+            self._mps_daemons(daemon_plans(inventory, config), config)  # before anything is advertised
+        except BaseException:
+            self._cdi.remove()
+            raise
         self._metrics = self._build_metrics(config)
         with self._lock:
             self.node, self.config, self.inventory, self.tracker = node, config, inventory, tracker
@@ -430,6 +475,8 @@ class Agent:
                 for slot in self._slots:
                     slot.server.stop(grace_s=0)
                 self._cdi.remove()
+                if self._mps is not None:
+                    self._mps.stop()
                 raise
         log.info(
             "agent started",
@@ -891,6 +938,9 @@ class Agent:
             assert config is not None
             inventory = build_inventory(node, config, mig_minors=self._mig_minors())
             check_inventory(inventory)
+            plans = daemon_plans(inventory, config)
+            if plans and self._mps is None:
+                find_control(config, self.options.env.get("PATH") or os.environ.get("PATH"))
         except KubegpuError as exc:
             what = "config reload" if new_node is None else "the repartitioned node"
             log.error(f"{what} rejected; keeping the running config", extra={"error": str(exc)})
@@ -898,6 +948,12 @@ class Agent:
         tracker = self.tracker
         with self._lock:
             running = {s.server.plugin.resource.name: s for s in self._slots}
+        running_plans = (
+            daemon_plans(self.inventory, self.config)
+            if self.inventory is not None and self.config is not None
+            else ()
+        )
+        self._mps_daemons(plans, config)  # new MPS resources' daemons run before they are advertised
         plugins = [self._plugin(r, inventory, config, tracker) for r in inventory.resources]
         kept: dict[str, _Slot] = {}
         fresh: dict[str, _Slot] = {}
@@ -919,6 +975,7 @@ class Agent:
                 slot.server.start()
         except Exception as exc:
             self._discard(fresh.values())
+            self._restore_mps(running_plans)
             log.error(
                 "config reload failed; keeping the running config and servers",
                 extra={"error": str(exc), "resource": str(slot.server.plugin.resource.name)},
@@ -928,6 +985,7 @@ class Agent:
             self._write_cdi_spec(inventory, config)
         except OSError as exc:
             self._discard(fresh.values())
+            self._restore_mps(running_plans)
             log.error(
                 "config reload failed: cannot write the CDI spec; keeping the running config and servers",
                 extra={"error": str(exc.strerror or exc), "dir": config.cdi_spec_dir},
@@ -936,7 +994,7 @@ class Agent:
         with self._lock:
             if self._stop.is_set():  # SIGTERM won: start nothing, change nothing
                 self._discard(fresh.values())
-                return False
+                return False  # stop() quits every MPS daemon
             tracker.set_policy(config.health)
             if new_node is not None:
                 tracker.set_aliases(self._aliases(node))
@@ -949,6 +1007,8 @@ class Agent:
             self._slots = [kept.get(p.resource.name) or fresh[p.resource.name] for p in plugins]
         for slot in replaced:
             slot.server.stop()
+        if self._mps is not None:
+            self._mps.retire(plans)  # a reload that removed MPS resources quits their daemons
         if new_node is not None:
             try:
                 self._install_sim_tools(node)
@@ -973,6 +1033,12 @@ class Agent:
             },
         )
         return True
+
+    def _restore_mps(self, plans: tuple[DaemonPlan, ...]) -> None:
+        """A reload failed: the running config's daemons run as they did (a changed one restarts)."""
+        if self._mps is not None:
+            self._mps.apply(plans)
+            self._mps.retire(plans)
 
     @staticmethod
     def _discard(slots: Iterable[_Slot]) -> None:
@@ -1018,6 +1084,8 @@ class Agent:
             if slot.server.serving:
                 slot.server.stop(grace_s=0)
         self._cdi.remove()
+        if self._mps is not None:
+            self._mps.stop()  # after the servers: no container is handed a pipe without a daemon
         if self._nvml_source is not None:
             self._nvml_source.close()
         log.info("agent stopped")

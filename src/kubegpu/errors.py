@@ -17,6 +17,7 @@ single line on stderr and the exit code the class carries; anything else reachin
     │                                     (``problem``: a ``DeviceRequestProblem``)
     ├── MigLayoutError            exit 1  a MIG layout breaks the placement rules
     ├── MigApplyError             exit 1  the GPUs refused a MIG layout (NVML, the simulated state file)
+    ├── MpsDaemonError            exit 1  an MPS control daemon cannot be started, reached or stopped
     ├── RegistrationFailed        exit 1  kubelet is unreachable, silent, or refused a registration
     ├── SourceError               exit 1  a GPU source (NVML, the host) cannot be read
     ├── UnknownGpuError           exit 1  a health event names a GPU this node does not have
@@ -49,6 +50,7 @@ __all__ = [
     "KubegpuError",
     "MigApplyError",
     "MigLayoutError",
+    "MpsDaemonError",
     "PlacementError",
     "PodResourcesUnavailable",
     "ProbeFailed",
@@ -122,6 +124,10 @@ class MigLayoutError(KubegpuError):
 
 class MigApplyError(KubegpuError):
     """Applying a valid MIG layout failed on the GPUs; the message names the GPU and the step."""
+
+
+class MpsDaemonError(KubegpuError):
+    """An MPS control daemon (``nvidia-cuda-mps-control``) cannot be started, reached or stopped."""
 
 
 class RegistrationFailed(KubegpuError):

@@ -33,6 +33,10 @@ The ``kubegpu:`` section (documented in docs/config.md)::
         replicas: {"0": 4, "GPU-…": 2}  # per-GPU replica counts (index or UUID)
         exclusive: [6, 7]               # GPUs kept whole while the others are shared
         rename: {nvidia.com/gpu: nvidia.com/gpu-ts}   # the shared resource's name
+      mps:
+        daemon: true                    # run nvidia-cuda-mps-control -d per MPS resource
+        control: ""                     # its path; "": PATH, then under the driver root
+        shares: false                   # kubegpu.io/gpu-milli shares get MPS limits (needs fractional)
 """
 
 from __future__ import annotations
@@ -892,6 +896,42 @@ _MPS_ROOT = Setting[str](
     env=(EnvVar("MPS_ROOT"),),
     flag="--mps-root",
 )
+_MPS_DAEMON = Setting[bool](
+    name="mps_daemon",
+    parse=_bool,
+    default=True,
+    help=(
+        "Run NVIDIA's MPS control daemon (nvidia-cuda-mps-control -d) for every MPS resource, under "
+        "flags.mpsRoot, before it is advertised; false: another tool runs it."
+    ),
+    file_keys=("kubegpu.mps.daemon",),
+    env=(EnvVar("KUBEGPU_MPS_DAEMON"),),
+    flag="--mps-daemon",
+)
+_MPS_CONTROL = Setting[str](
+    name="mps_control",
+    parse=_str,
+    default="",
+    help=(
+        "Path of nvidia-cuda-mps-control; empty: found on PATH, then under the driver root (usr/bin, bin)."
+    ),
+    file_keys=("kubegpu.mps.control",),
+    env=(EnvVar("KUBEGPU_MPS_CONTROL"),),
+    flag="--mps-control",
+)
+_MPS_SHARES = Setting[bool](
+    name="mps_shares",
+    parse=_bool,
+    default=False,
+    help=(
+        "Enforce kubegpu.io/gpu-milli shares with MPS: one control daemon over the shared GPUs, and each "
+        "share's container gets CUDA_MPS_ACTIVE_THREAD_PERCENTAGE and CUDA_MPS_PINNED_DEVICE_MEM_LIMIT "
+        "for its thousandths (applies to kubegpu.fractional's shares; needs flags.mpsRoot)."
+    ),
+    file_keys=("kubegpu.mps.shares",),
+    env=(EnvVar("KUBEGPU_MPS_SHARES"),),
+    flag="--mps-shares",
+)
 _GDS_ENABLED = Setting[bool](
     name="gds_enabled",
     parse=_bool,
@@ -1084,6 +1124,9 @@ SETTINGS: tuple[Setting[Any], ...] = (
     _NVIDIA_DEV_ROOT,
     _CONTAINER_DRIVER_ROOT,
     _MPS_ROOT,
+    _MPS_DAEMON,
+    _MPS_CONTROL,
+    _MPS_SHARES,
     _GDS_ENABLED,
     _MOFED_ENABLED,
     _GDRCOPY_ENABLED,
@@ -1123,6 +1166,9 @@ class AgentConfig:
     nvidia_dev_root: str = _NVIDIA_DEV_ROOT.default
     container_driver_root: str = _CONTAINER_DRIVER_ROOT.default
     mps_root: str = _MPS_ROOT.default
+    mps_daemon: bool = _MPS_DAEMON.default
+    mps_control: str = _MPS_CONTROL.default
+    mps_shares: bool = _MPS_SHARES.default
     gds_enabled: bool = _GDS_ENABLED.default
     mofed_enabled: bool = _MOFED_ENABLED.default
     gdrcopy_enabled: bool = _GDRCOPY_ENABLED.default
@@ -1194,6 +1240,11 @@ def _check_combinations(prefix: str, config: AgentConfig) -> None:
         raise ConfigError(
             f"{prefix}kubegpu.fractional: shares of one GPU (kubegpu.io/gpu-milli) cannot be combined with "
             f"sharing.{sharing.kind.value}; turn one of them off"
+        )
+    if config.mps_shares and config.fractional and not config.mps_root:
+        # (without kubegpu.fractional there are no shares and kubegpu.mps.shares does nothing)
+        raise ConfigError(
+            f"{prefix}kubegpu.mps.shares: MPS limits for shares need flags.mpsRoot (or MPS_ROOT, --mps-root)"
         )
     if sharing is not None and sharing.kind is SharingKind.MPS:
         if config.mig_strategy is MigStrategy.MIXED:

@@ -14,12 +14,13 @@ from __future__ import annotations
 import logging
 import threading
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from kubegpu.deviceplugin.config import AgentConfig
 from kubegpu.deviceplugin.inventory import Device, Resource, ResourceKind
+from kubegpu.deviceplugin.mps import MpsGate, share_limits
 from kubegpu.deviceplugin.policies import ALLOCATION_POLICIES, REPLICA_POLICIES
 from kubegpu.deviceplugin.response import ContainerAllocation, MountSpec, build_allocation
 from kubegpu.echo import shorten
@@ -61,8 +62,12 @@ class ResourcePlugin:
         annotation_id: Callable[[], str] = lambda: str(uuid.uuid4()),
         extra_mounts: tuple[MountSpec, ...] = (),
         shares: ShareBroker | None = None,
+        mps: MpsGate | None = None,
+        share_memory_mib: Mapping[int, int] | None = None,
     ) -> None:
         self.resource = resource
+        self._mps = mps  # the MPS control daemons: a device is Unhealthy while its daemon is down
+        self._share_memory_mib = share_memory_mib  # kubegpu.mps.shares: GPU memory for share limits
         self._shares = shares  # kubegpu.fractional: whose share an Allocate is, GPUs holding shares
         self._extra_mounts = extra_mounts  # simulated mode: the stand-in nvidia-smi
         self._topology = topology
@@ -82,9 +87,24 @@ class ResourcePlugin:
         """Wake every ``watch`` so it notices it should stop."""
         self._tracker.wake()
 
+    def _mps_down(self, gpu: int) -> str | None:
+        """Why this resource's MPS control daemon cannot serve ``gpu`` now (None: it can, or no daemon)."""
+        return self._mps.unavailable(str(self.resource.name), gpu) if self._mps is not None else None
+
+    def _healthy(self, gpu: int) -> bool:
+        return self._tracker.is_healthy(gpu) and self._mps_down(gpu) is None
+
+    def _unhealthy_reason(self, gpu: int) -> str:
+        if not self._tracker.is_healthy(gpu):
+            return self._tracker.status(gpu).reason
+        return self._mps_down(gpu) or ""
+
+    def _versions(self) -> tuple[int, int]:
+        return self._tracker.version, self._mps.version if self._mps is not None else 0
+
     def snapshot(self) -> tuple[DeviceStatus, ...]:
         return tuple(
-            DeviceStatus(id=d.id, healthy=self._tracker.is_healthy(d.gpu), numa_node=d.numa_node)
+            DeviceStatus(id=d.id, healthy=self._healthy(d.gpu), numa_node=d.numa_node)
             for d in self.resource.devices
         )
 
@@ -92,11 +112,12 @@ class ResourcePlugin:
         self, is_active: Callable[[], bool], stopping: threading.Event, poll_s: float = 0.25
     ) -> Iterator[tuple[DeviceStatus, ...]]:
         """Yield the full snapshot now and again after every change, until inactive or stopping."""
-        seen = self._tracker.version
+        seen = self._versions()
         last = self.snapshot()
         yield last
         while is_active() and not stopping.is_set():
-            version = self._tracker.wait_for_change(seen, poll_s)
+            self._tracker.wait_for_change(seen[0], poll_s)  # the MPS supervisor wakes it too
+            version = self._versions()
             if version == seen or stopping.is_set():
                 continue
             seen = version
@@ -124,7 +145,7 @@ class ResourcePlugin:
         for device_id in offered:
             device = self.resource.device(device_id)
             assert device is not None  # checked above
-            if device_id in must or self._tracker.is_healthy(device.gpu):
+            if device_id in must or self._healthy(device.gpu):
                 candidates.append(device)
         if size <= len(must):
             return tuple(must)
@@ -218,12 +239,11 @@ class ResourcePlugin:
             seen.add(device_id)
             devices.append(device)
         for device in devices:
-            if not self._tracker.is_healthy(device.gpu):
-                status = self._tracker.status(device.gpu)
+            if not self._healthy(device.gpu):
                 raise DeviceRequestError(
                     DeviceRequestProblem.UNHEALTHY,
                     f"{self.resource.name}: device {device.id} is unhealthy "
-                    f"(GPU {device.gpu}: {status.reason})",
+                    f"(GPU {device.gpu}: {self._unhealthy_reason(device.gpu)})",
                 )
         if (
             self.resource.sharing is not None
@@ -261,20 +281,24 @@ class ResourcePlugin:
         def check(claim: ShareClaim) -> str | None:
             if not any(d.gpu == claim.gpu for d in self.resource.devices):
                 return "this agent does not share (MIG-enabled, or given to the DRA driver)"
-            if not self._tracker.is_healthy(claim.gpu):
-                return f"is unhealthy: {self._tracker.status(claim.gpu).reason}"
+            if not self._healthy(claim.gpu):
+                return f"is unhealthy: {self._unhealthy_reason(claim.gpu)}"
             return None
 
         claim = self._shares.hand_out(milli, check=check)
         if taken is not None:
             taken.append(claim)
         device = next(d for d in self.resource.devices if d.gpu == claim.gpu)
+        memory = self._share_memory_mib
+        # kubegpu.mps.shares: the driver holds the share to its thousandths of threads and memory
+        limits = share_limits(claim.milli, memory.get(claim.gpu, 0)) if memory is not None else None
         allocation = build_allocation(
             self.resource,
             [device],
             self._config,
             annotation_id=self._annotation_id,
             extra_mounts=self._extra_mounts,
+            mps_limits=limits,
         )
         return replace(allocation, envs={**allocation.envs, MILLI_ENV: str(claim.milli)})
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 from kubegpu.deviceplugin.config import AgentConfig, DeviceListStrategy, SharingKind
 from kubegpu.deviceplugin.inventory import Device, Resource
+from kubegpu.deviceplugin.mps import PIPE_ENV, ShareLimits, container_pipe_dir, host_pipe_dir
 from kubegpu.model.cdi import CONTROL_DEVICE_PATHS
 
 __all__ = [
@@ -78,11 +79,14 @@ def build_allocation(
     *,
     annotation_id: Callable[[], str] = lambda: str(uuid.uuid4()),
     extra_mounts: Sequence[MountSpec] = (),
+    mps_limits: ShareLimits | None = None,
 ) -> ContainerAllocation:
     """The container response for ``devices`` of ``resource`` (already validated by the caller).
 
     ``extra_mounts`` (simulated mode only: the stand-in ``nvidia-smi``) are added to every strategy's
-    answer, CDI-only included, since no runtime hook will provide a tool for simulated GPUs."""
+    answer, CDI-only included, since no runtime hook will provide a tool for simulated GPUs.
+    ``mps_limits`` (a ``kubegpu.io/gpu-milli`` share under ``kubegpu.mps.shares``): the container gets
+    the resource's MPS pipe, as an MPS resource's replicas do, and its share's MPS client limits."""
     visible = _visible(devices, config)
     strategies = config.device_list_strategies
     envs: dict[str, str] = {}
@@ -95,12 +99,14 @@ def build_allocation(
         annotations[key] = ",".join(cdi_names)
     if DeviceListStrategy.CDI_CRI in strategies:
         cdi.extend(cdi_names)
-    if resource.sharing is SharingKind.MPS:
-        pipe = f"/mps/{resource.name}/pipe"
+    if resource.sharing is SharingKind.MPS or mps_limits is not None:
+        pipe = container_pipe_dir(resource.name)
         root = config.mps_root.rstrip("/")
-        envs["CUDA_MPS_PIPE_DIRECTORY"] = pipe
-        mounts.append(MountSpec(container_path=pipe, host_path=f"{root}/{resource.name}/pipe"))
+        envs[PIPE_ENV] = pipe
+        mounts.append(MountSpec(container_path=pipe, host_path=host_pipe_dir(root, resource.name)))
         mounts.append(MountSpec(container_path="/mps/shm", host_path=f"{root}/shm"))
+        if mps_limits is not None:
+            envs.update(mps_limits.envs())
     for enabled, name in (
         (config.gdrcopy_enabled, "NVIDIA_GDRCOPY"),
         (config.gds_enabled, "NVIDIA_GDS"),

@@ -40,6 +40,7 @@ ID_SHM = CheckId("pod.shm")
 ID_LOGS = CheckId("pod.logs")
 ID_PULL = CheckId("pod.image-pull")
 ID_SHARE = CheckId("pod.gpu-share")
+ID_MPS_ENV = CheckId("pod.mps-env")
 MILLI_RESOURCE = "kubegpu.io/gpu-milli"
 
 # A GPU pod whose image has been pulling this long is worth pre-pulling (GPU images are often >10 GB).
@@ -659,6 +660,68 @@ def check_share(ctx: PodContext) -> Outcome:
     )
 
 
+MPS_ENV_PREFIX = "CUDA_MPS_"
+
+
+def _milli_of(container: ApiObject) -> float | None:
+    for section in ("limits", "requests"):
+        value = (dig(container, "resources", section, default={}) or {}).get(MILLI_RESOURCE)
+        if value is not None:
+            try:
+                return float(str(value).removesuffix("k")) * (1000 if str(value).endswith("k") else 1)
+            except ValueError:
+                return None
+    return None
+
+
+def check_mps_env(ctx: PodContext) -> Outcome:
+    """A share's MPS limits reach its container as environment variables from Allocate; kubelet puts the
+    pod spec's own variables after them, so a spec that sets ``CUDA_MPS_*`` wins over the agent
+    (``kubegpu.mps.shares``, docs/agent.md "What a container can override")."""
+    containers = [*(dig(ctx.spec_pod, "spec", "initContainers", default=[]) or []), *ctx.containers]
+    shares = [(c, m) for c in containers for m in [_milli_of(c)] if m is not None]
+    if not shares:
+        return ok(f"no share of one GPU ({MILLI_RESOURCE}) asked: no MPS limits to keep")
+    failing, evidence = False, []
+    for c, milli in shares:
+        name = c.get("name")
+        for e in c.get("env") or []:
+            var = str(e.get("name", ""))
+            if not var.startswith(MPS_ENV_PREFIX):
+                continue
+            value = e.get("value")
+            evidence.append(
+                f"container {name} ({milli:g}m): env {var}={value!r}"
+                if value is not None
+                else f"container {name} ({milli:g}m): env {var} from valueFrom"
+            )
+            if var == "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE" and value is not None:
+                try:
+                    failing |= float(str(value)) > milli / 10
+                except ValueError:
+                    failing = True
+            else:
+                failing = True  # another pipe, a memory cap we cannot compare, or a value we cannot see
+        if c.get("envFrom"):
+            evidence.append(f"container {name}: envFrom may set {MPS_ENV_PREFIX}* too (not read here)")
+    if not evidence:
+        return ok(f"{MPS_ENV_PREFIX}* is left to the device plugin (the share's MPS limits)")
+    fix = (
+        f"remove {MPS_ENV_PREFIX}* from the pod spec: the agent sets the MPS pipe and the share's limits "
+        "(CUDA_MPS_ACTIVE_THREAD_PERCENTAGE = milli/10, CUDA_MPS_PINNED_DEVICE_MEM_LIMIT = its milli of "
+        "the GPU's memory); a lower thread percentage may stay"
+    )
+    if failing:
+        return fail(
+            "the pod spec sets MPS client variables that override its share's limits: the spec's env wins "
+            "over the device plugin's, so the container may take more of the GPU than its share, or leave "
+            "the node's MPS daemon",
+            *evidence,
+            fix=fix,
+        )
+    return warn("the pod spec sets MPS client variables next to its share's", *evidence, fix=fix)
+
+
 POD_CHECKS: tuple[Check[PodContext], ...] = (
     Check(id=ID_FOUND, layer=Layer.POD, needs=(ID_API,), run=check_found),
     Check(id=ID_REQUESTS, layer=Layer.POD, needs=(ID_FOUND,), run=check_requests),
@@ -668,4 +731,5 @@ POD_CHECKS: tuple[Check[PodContext], ...] = (
     Check(id=ID_LOGS, layer=Layer.POD, needs=(ID_FOUND,), run=check_logs),
     Check(id=ID_PULL, layer=Layer.POD, needs=(ID_FOUND,), run=check_image_pull),
     Check(id=ID_SHARE, layer=Layer.POD, needs=(ID_FOUND,), run=check_share),
+    Check(id=ID_MPS_ENV, layer=Layer.POD, needs=(ID_FOUND,), run=check_mps_env),
 )

@@ -57,6 +57,9 @@ SAMPLES: dict[str, tuple[str, object, str, object]] = {
     "pod_resources_socket": ("/run/a.sock", "/run/a.sock", "/run/b.sock", "/run/b.sock"),
     "node_labels": ("false", False, "true", True),
     "fractional": ("true", True, "false", False),
+    "mps_daemon": ("false", False, "true", True),
+    "mps_control": ("/opt/a/nvidia-cuda-mps-control", "/opt/a/nvidia-cuda-mps-control", "/b", "/b"),
+    "mps_shares": ("true", True, "false", False),
     "dra_gpus": ("all", DraGpus(all=True), "6,7", DraGpus(indexes=frozenset({6, 7}))),
 }
 # Settings whose value is a whole section; their sources are tested in test_config.py (health) and
