@@ -20,7 +20,9 @@ time limit, the whole well under 8 minutes:
    ``build/oracle/gpu-feature-discovery``, which ``make gpu-smoke-prep`` copies from the oracle's
    build so that the device machine's run can carry it), GFD's labels of the real GPUs (``--oneshot``,
    read-only) beside ``kubegpu labels nvml``'s, key by key; a difference is reported, with the ones
-   docs/compat.md explains marked, and does not change the exit status.
+   docs/compat.md explains marked, and does not change the exit status;
+7. MPS (``bench/gpu_smoke_mps.py``): kubegpu's control-daemon code under a private pipe directory on
+   GPU 0 and two share clients held to their limits (no compute-mode change); ``mps.json``.
 
 Writes under ``--out`` (default ``$OUT``): ``summary.md`` (the table a person reads first),
 ``results.json`` (every command's JSON and the comparison), ``logs.txt`` (stderr, the agent's log,
@@ -456,6 +458,12 @@ def main(argv: list[str] | None = None) -> int:
                           ("mig current", "mig current")):  # fmt: skip
             smoke.kubegpu(name, *cmd.split(), "nvml", "--json")
         agent_step(smoke, work, args.agent_seconds)
+        mps_argv = [args.python, str(REPO / "bench" / "gpu_smoke_mps.py"), "--out", str(args.out)]
+        mps = smoke.run("mps", mps_argv + (["--standin"] if args.standin else []), timeout=180)
+        if (args.out / "mps.json").is_file():
+            smoke.results["mps"] = json.loads((args.out / "mps.json").read_text())
+        elif not mps.ok:
+            smoke.results["mps"] = {"error": mps.stderr.strip()[-2000:]}
         gfd = args.gfd if args.gfd is not None else (GFD_DEFAULT if not args.standin else None)
         if gfd is not None and (args.gfd is not None or gfd.is_file()):
             smoke.results["gfd_comparison"] = gfd_step(smoke, gfd, work)

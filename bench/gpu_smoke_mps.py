@@ -16,8 +16,7 @@ they are; the daemon is quit at the end and, should ``quit`` not end it, signall
 
 Writes ``mps.json`` under ``--out``; exit 0 when every check held. ``--standin`` is the dry run: the
 stand-in ``nvidia-cuda-mps-control`` (tests/mps_standin) plays the daemon and the clients are skipped.
-Not yet called by ``bench/gpu_smoke.py`` (see docs/agent.md, "MPS"): run it beside it,
-``python bench/gpu_smoke_mps.py --out "$OUT"``.
+``bench/gpu_smoke.py`` runs it as its MPS step (``--standin`` in its dry run).
 """
 
 from __future__ import annotations

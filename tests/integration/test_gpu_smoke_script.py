@@ -36,7 +36,7 @@ def test_the_dry_run_runs_every_step_and_nvml_agrees_with_nvidia_smi(tmp_path: P
     steps = {s["name"]: s["exit"] for s in results["steps"]}
     assert steps == {
         "versions": 0, "cli": 0, "nvidia-smi -q -x": 0, "doctor node": 0, "topo": 0, "labels": 0,
-        "dra devices": 0, "mig current": 0, "agent": 0,
+        "dra devices": 0, "mig current": 0, "agent": 0, "mps": 0,
     }  # fmt: skip
     assert results["versions"]["nvidia-ml-py"] and results["versions"]["pydantic"]
     rows = results["comparison"]
@@ -53,10 +53,11 @@ def test_the_dry_run_runs_every_step_and_nvml_agrees_with_nvidia_smi(tmp_path: P
     assert files == [
         "logs.txt",
         "metrics.txt",
+        "mps.json",
         "nvidia-smi.xml",
         "results.json",
         "summary.md",
-    ]  # <= 8 come back
+    ]  # <= 8 come back (gfd.labels too on a GPU machine with GFD carried)
 
 
 def test_an_nvml_that_does_not_start_fails_the_run_with_the_reason(tmp_path: Path) -> None:
