@@ -271,6 +271,12 @@ class Agent:
             if self._mps is None:
                 log.info("simulated GPUs: no MPS control daemon runs (kubegpu.mps.control names one to run)")
             return
+        try:  # every MPS container mounts <mpsRoot>/shm (response.py): it must exist on the host
+            os.makedirs(os.path.join(config.mps_root, "shm"), mode=0o755, exist_ok=True)
+        except OSError as exc:
+            raise InputError(
+                f"flags.mpsRoot {config.mps_root}: cannot create shm in it: {exc.strerror or exc}"
+            ) from exc
         if self._mps is None:
             binary = find_control(config, self.options.env.get("PATH") or os.environ.get("PATH"))
 

@@ -10,6 +10,7 @@ environment, so the test reads what the container really got.
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -151,3 +152,78 @@ def test_a_share_without_an_assignment_fails_with_a_reason(cluster: Cluster, sha
     message = str(status.get("message", ""))
     assert "no pod on node" in message and NODE_NAME in message and "300" in message, message
     assert "kubegpu extender" in message
+
+
+@pytest.fixture
+def mps_shares(
+    rig: Rig, cluster: Cluster, start_agent: Callable[..., AgentProcess], tmp_path: Path
+) -> Iterator[tuple[Shares, Path, Path]]:
+    """As ``shares``, with MPS for the shares (``kubegpu.mps.shares``): the stand-in
+    nvidia-cuda-mps-control (tests/mps_standin) plays the control daemon; yields the MPS root and the
+    stand-in's record."""
+    from tests.mps_standin import install
+
+    root, record = tmp_path / "mps", tmp_path / "mps-record.jsonl"
+    control = install(tmp_path / "bin")
+    config = tmp_path / "agent.yaml"
+    config.write_text(
+        f"version: v1\nflags: {{mpsRoot: {root}}}\n"
+        f"kubegpu:\n  fractional: true\n  mps: {{shares: true, control: {control}}}\n"
+    )
+    os.environ["KUBEGPU_MPS_STANDIN_RECORD"] = str(record)  # the agent and its daemon inherit it
+    try:
+        agent = start_agent(
+            "builtin:seed-8gpu",
+            config=config,
+            extra_args=["--node-name", NODE_NAME, "--kubeconfig", str(rig.paths.kubeconfig)],
+        )
+    finally:
+        del os.environ["KUBEGPU_MPS_STANDIN_RECORD"]
+    cluster.wait_resource("nvidia.com/gpu", allocatable=GPUS)
+    node: dict[str, Any] = wait_until(
+        f"the agent's {UUIDS} annotation on the node",
+        lambda: cluster.get("node", NODE_NAME),
+        60,
+        accept=lambda n: len((n["metadata"].get("annotations") or {}).get(UUIDS, "").split(",")) == GPUS,
+    )
+    ext = ExtenderProcess(rig.paths.kubeconfig, tmp_path / "extender.log")
+    ext.start()
+    try:
+        rig.start_extra_scheduler(scheduler_config(ext.url))
+        uuids = node["metadata"]["annotations"][UUIDS].split(",")
+        yield Shares(uuids=uuids, agent=agent), root, record
+    finally:
+        rig.stop_extra_scheduler()
+        ext.stop()
+        agent.stop()  # quits the stand-in daemon
+        print(ext.log_tail(60))
+
+
+def test_a_300_and_a_700_share_of_one_gpu_get_the_mps_pipe_and_their_own_limits(
+    cluster: Cluster, mps_shares: tuple[Shares, Path, Path]
+) -> None:
+    """Issue 60: on the rig, two pods with 300 and 700 milli of one GPU receive the MPS pipe and
+    limits in proportion to their share; the (stand-in) control daemon runs over the shared GPUs."""
+    from tests.mps_standin import Record
+
+    shares, root, record = mps_shares
+    ns = cluster.namespace("mps")
+    cluster.apply(share_pod("small", ns, milli=300))
+    cluster.apply(share_pod("large", ns, milli=700))
+    a, b = assignment(cluster, ns, "small"), assignment(cluster, ns, "large")
+    assert a["uuids"] == b["uuids"], "300 + 700 fit one GPU, and the extender packs them"
+    pipe = f"{root}/kubegpu.io/gpu-milli/pipe"
+    envs = {name: cluster.env(ns, name) for name in ("small", "large")}
+    for name, milli in (("small", 300), ("large", 700)):
+        env = envs[name]
+        assert env.get("NVIDIA_VISIBLE_DEVICES") == a["uuids"][0]
+        assert env.get("CUDA_MPS_PIPE_DIRECTORY"), env
+        assert env.get("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE") == str(milli // 10), env
+        assert env.get("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT", "").startswith("0="), env
+    small_mib = int(envs["small"]["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"][2:].rstrip("M"))
+    large_mib = int(envs["large"]["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"][2:].rstrip("M"))
+    assert 2 * small_mib < large_mib < 3 * small_mib, (small_mib, large_mib)  # 300 : 700
+    started = [e for e in Record(record).events("start") if e["env"].get("CUDA_MPS_PIPE_DIRECTORY") == pipe]
+    assert started, "the stand-in control daemon was started for the shares"
+    assert a["uuids"][0] in started[-1]["env"]["CUDA_VISIBLE_DEVICES"].split(",")
+    assert shares.agent.proc.poll() is None
