@@ -11,15 +11,17 @@ and byte counted) renders them on demand. Each size runs in a fresh child proces
 * ``extender``: the real ``ClusterSync`` (paginated lists, page by page into the ledger's compact
   records) and ``Ledger`` with policy ``kubegpu-plan``, ``on_synced=ledger.warm_up`` as
   ``kubegpu extender`` runs it; wall time from start to ready, then the first filter (every node a
-  candidate) and, after one node changes, the first filter again (issue 57 item 2, not done: the
-  ledger is rebuilt);
+  candidate, a pod shape not scored yet), ``--repeat`` filters of one shape (every node a
+  candidate; each reserves, so each rescores the row it took), ``--repeat`` times a node change
+  followed by a filter (issue 57 item 2: the ledger makes that node's row again), and a pod that fits
+  nowhere (the answer's size in JSON, bounded by ``FAILED_NODES_LISTED``);
 * ``dra``: the DRA driver's ``ClaimWatch`` for one node (8 claims a node in the cluster, ~1 KB each):
   one paginated list, then ``--quiet`` seconds (default 10, the old resync period) on the watch.
 
 Today's figures (issue 57, measured before this change on the same machine) are printed beside the
 new ones. Only 127.0.0.1 traffic; every loop is bounded; Ctrl-C stops at once.
 
-    .venv/bin/python bench/scale.py [--nodes 1000,5000,15000] [--quiet 10] [--skip-dra]
+    .venv/bin/python bench/scale.py [--nodes 1000,5000,15000] [--quiet 10] [--skip-dra] [--repeat 50]
 """
 
 from __future__ import annotations
@@ -377,7 +379,12 @@ def cpu_s() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def child_extender(url: str, nodes: int) -> dict[str, Any]:
+def percentile(samples: list[float], q: float) -> float:
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def child_extender(url: str, nodes: int, repeat: int) -> dict[str, Any]:
     import logging
 
     from kubegpu.extender.cluster import ClusterSync
@@ -410,21 +417,48 @@ def child_extender(url: str, nodes: int) -> dict[str, Any]:
     t = time.perf_counter()
     decision = book.decide(pod, names)
     first_filter_s = time.perf_counter() - t
-    # one node changes (as a watch event would apply it): today the next read rebuilds the ledger
+    # filters of one shape, every node a candidate (each reserves GPUs: the next rescores that row)
+    filters = []
+    for i in range(repeat):
+        probe = pod | {"metadata": {"name": f"probe-{i}", "namespace": "default", "uid": f"probe-f{i}"}}
+        t = time.perf_counter()
+        book.decide(probe, names)
+        filters.append(time.perf_counter() - t)
+    # a node changes (as a watch event would apply it), then a filter: the lock is held for both
     from dataclasses import replace
 
     from kubegpu.extender.node import GpuNode
 
-    changed: GpuNode = replace(book._nodes[names[-1]], cpu_milli=100_000)
+    changes = []
+    for i in range(repeat):
+        name = names[(i * 7919) % nodes]
+        changed: GpuNode = replace(book._nodes[name], cpu_milli=book._nodes[name].cpu_milli + 1000)
+        probe = pod | {"metadata": {"name": f"probe-{i}", "namespace": "default", "uid": f"probe-c{i}"}}
+        t = time.perf_counter()
+        book.upsert_node(changed)
+        book.decide(probe, names)
+        changes.append(time.perf_counter() - t)
+    # a pod that fits nowhere: every node answers why (bounded)
+    huge = {
+        "metadata": {"name": "huge", "namespace": "default", "uid": "huge-uid"},
+        "spec": {"containers": [{"resources": {"requests": {"cpu": "1", "nvidia.com/gpu": "9"}}}]},
+    }
     t = time.perf_counter()
-    book.upsert_node(changed)
-    book.preview(pod | {"metadata": {"uid": "probe-2"}}, names)
-    after_change_s = time.perf_counter() - t
+    refused = book.decide(huge, names)
+    nowhere_s = time.perf_counter() - t
+    answer = json.dumps({"FailedNodes": dict(refused.failed)})
     sync.stop()
     return {
         "ready_s": ready_s,
         "first_filter_s": first_filter_s,
-        "after_node_change_s": after_change_s,
+        "after_node_change_s": changes[0],
+        "filter_p50_s": percentile(filters, 0.5),
+        "filter_p99_s": percentile(filters, 0.99),
+        "change_p50_s": percentile(changes, 0.5),
+        "change_p99_s": percentile(changes, 0.99),
+        "nowhere_s": nowhere_s,
+        "nowhere_bytes": len(answer),
+        "nowhere_reasons": len(refused.failed),
         "placed": decision.node is not None,
         "nodes": book.node_count(),
         "rss_mib": peak_rss_mib(),
@@ -496,11 +530,15 @@ def run_child(
     return result, traffic
 
 
+def ms(seconds: float) -> str:
+    return f"{seconds * 1000:,.1f} ms" if seconds < 1 else f"{seconds:.2f} s"
+
+
 def mib(n: float) -> str:
     return f"{n / 2**20:,.0f} MiB" if n < 2**30 else f"{n / 2**30:.2f} GiB"
 
 
-def measure(nodes: int, quiet_s: float, skip_dra: bool) -> dict[str, Any]:
+def measure(nodes: int, quiet_s: float, skip_dra: bool, repeat: int) -> dict[str, Any]:
     cluster = Cluster(nodes)
     stub = StubApiServer()
     stub.serve(NODES_PATH, count=nodes, render=cluster.node)
@@ -509,7 +547,7 @@ def measure(nodes: int, quiet_s: float, skip_dra: bool) -> dict[str, Any]:
     url = stub.start()
     try:
         say(f"{nodes:,} nodes, {nodes * PODS_PER_NODE:,} pods: extender cold start (fresh process)")
-        ext, ext_traffic = run_child(["extender", url, str(nodes)], stub)
+        ext, ext_traffic = run_child(["extender", url, str(nodes), str(repeat)], stub)
         say(
             f"  ready in {ext['ready_s']:.1f} s ({ext['cpu_s']:.1f} s CPU), peak RSS "
             f"{ext['rss_mib']:,.0f} MiB, {ext_traffic['requests']} requests, {mib(ext_traffic['bytes'])}"
@@ -537,11 +575,19 @@ def table(rows: list[dict[str, Any]], quiet_s: float) -> str:
             f"| {r['nodes']:,} | {today[0]}, {today[1]} | {e['ready_s']:.1f} s, {e['rss_mib']:,.0f} MiB "
             f"| {t['requests']} req, {mib(t['bytes'])} |"
         )
-    out += ["", "| nodes | first filter | after a node change (item 2 not done) |", "|---|---|---|"]
+    out += [
+        "",
+        "| nodes | first filter (new shape) | filter p50 / p99 | node change + filter p50 / p99 "
+        "| fits nowhere: reasons, JSON, time |",
+        "|---|---|---|---|---|",
+    ]
     for r in rows:
         e = r["ext"]
         out.append(
-            f"| {r['nodes']:,} | {e['first_filter_s'] * 1000:.0f} ms | {e['after_node_change_s']:.1f} s |"
+            f"| {r['nodes']:,} | {ms(e['first_filter_s'])} "
+            f"| {ms(e['filter_p50_s'])} / {ms(e['filter_p99_s'])} "
+            f"| {ms(e['change_p50_s'])} / {ms(e['change_p99_s'])} "
+            f"| {e['nowhere_reasons']:,}, {e['nowhere_bytes'] / 1024:,.0f} KiB, {ms(e['nowhere_s'])} |"
         )
     if any(r["dra"] for r in rows):
         out += [
@@ -570,12 +616,17 @@ def main() -> int:
     )
     parser.add_argument("--quiet", type=benchcli.positive, default=10.0, help="seconds on the claim watch")
     parser.add_argument("--skip-dra", action="store_true", help="measure the extender only")
+    parser.add_argument(
+        "--repeat", type=int, default=50, help="filters, and node changes, timed per size (p50, p99)"
+    )
     parser.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         kind, url, nodes = args.child[0], args.child[1], int(args.child[2])
         result = (
-            child_extender(url, nodes) if kind == "extender" else child_dra(url, nodes, float(args.child[3]))
+            child_extender(url, nodes, int(args.child[3]))
+            if kind == "extender"
+            else child_dra(url, nodes, float(args.child[3]))
         )
         print(json.dumps(result), flush=True)
         return 0
@@ -585,7 +636,7 @@ def main() -> int:
     rows = []
     try:
         for nodes in args.nodes:
-            rows.append(measure(nodes, args.quiet, args.skip_dra))
+            rows.append(measure(nodes, args.quiet, args.skip_dra, args.repeat))
     except KeyboardInterrupt:
         say("interrupted")
         return 130

@@ -24,11 +24,18 @@ which nobody recorded, as the lowest-index GPUs with room, and logged).
 A pod's recorded GPUs (its annotation) count only if they fit the node and the pod's own ask (its
 node, one distinct GPU per GPU asked, each on the node, the ask's milli); otherwise the pod counts as
 if nobody had recorded them: never less than it asks. Guesses are made against the state when it is
-built (after every recorded GPU, in uid order) and again whenever a node changes, so the accounting
-depends only on the nodes and the pods' holdings, not on the order they arrived in: a restarted
-extender that lists the same objects has the same state (``snapshot``). A change that fails half-way
-drops the state, rebuilt from the nodes and holdings on the next read; a holding the state cannot
-take is refused alone.
+built (after every recorded GPU, in uid order) and again whenever their node changes or a pod on
+it comes or goes, so the accounting depends only on the nodes and the pods' holdings, not on the
+order they arrived in: a restarted extender that lists the same objects has the same state
+(``snapshot``). A change that fails half-way drops the state, rebuilt from the nodes and holdings on
+the next read; a holding the state cannot take is refused alone.
+
+A node joining, leaving or changing touches its own row only (issue 57: a rebuild is seconds at
+15,000 nodes, under the lock): the row is made again from the node and the holdings on it, as a
+build makes every row (``_derive``); a node that leaves leaves its row empty for the next that
+joins, so every row keeps its index (the score cache's change stamps, ``_applied``'s placements).
+Rows are in name order after a build and in any order after joins: ties go by the name order
+(``_rank``) either way.
 
 Pods arrive as ``PodFacts`` (``kubegpu.extender.podfacts``: the few fields placement reads, made as
 each page of a list arrives, so the ledger never holds raw Pod objects) or as raw objects, read at
@@ -40,6 +47,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from bisect import bisect_left
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -55,7 +63,7 @@ from kubegpu.extender.assignment import Assignment
 from kubegpu.extender.node import GpuNode
 from kubegpu.extender.podfacts import PodFacts, facts_of
 from kubegpu.sim.policy import ClusterState, Order, Placement, PlacementPolicy, Selector, TieMode
-from kubegpu.sim.scoring import MILLI, PodRequest, TypicalShapes
+from kubegpu.sim.scoring import MILLI, PodRequest, TypicalShapes, name_tiebreak
 
 __all__ = ["Decision", "HoldKind", "Holding", "Ledger", "NodeUse"]
 
@@ -138,8 +146,18 @@ def _facts(pod: Mapping[str, Any] | PodFacts) -> PodFacts:
     return pod if isinstance(pod, PodFacts) else facts_of(pod)
 
 
+FAILED_NODES_LISTED = 1000  # nodes named with a reason when a pod fits nowhere (about 55 KB of JSON)
 SCORE_CACHE_SHAPES = 256  # distinct ask shapes whose scores are kept
 REQUESTS_KEPT = 4096  # distinct asks whose PodRequest is shared between holdings
+
+
+def _alike(names: Sequence[str], reason: str, total: int) -> dict[str, str]:
+    """``reason`` for every node of ``names`` (of ``total`` candidates); past ``FAILED_NODES_LISTED``
+    of them, for that many, with the count (as ``Ledger._why_not`` words a reason that stands for
+    more nodes than it names)."""
+    if len(names) <= FAILED_NODES_LISTED:
+        return dict.fromkeys(names, reason)
+    return dict.fromkeys(names[:FAILED_NODES_LISTED], f"{reason} ({len(names):,} of {total:,} nodes)")
 
 
 @dataclass(kw_only=True, eq=False)
@@ -174,7 +192,14 @@ class Ledger:
         self._holdings: dict[str, Holding] = {}
         self._next_expiry_s = float("inf")  # no reservation lapses before this (scans are skipped)
         self._state: ClusterState | None = None
-        self._rows: dict[str, int] = {}
+        self._rows: dict[str, int] = {}  # a known node's row in the state (stable while the state lives)
+        self._rank = np.zeros(0, dtype=np.int64)  # per row: its node's place in name order (dead: n)
+        self._names: list[str] = []  # the rows' node names, sorted (the fixed node order of ties)
+        self._dead: list[int] = []  # rows of removed nodes, reused by nodes that join
+        self._on_node: dict[str, set[str]] = {}  # node name -> uids of the holdings on it
+        self._guessing: set[str] = set()  # nodes where some holding's GPUs are counted as a guess
+        self.builds = 0  # full builds of the state (a width growth, a failed change, a pods list)
+        self.rows_derived = 0  # single rows made again from their node and holdings (node events)
         # holdings bound into the current state, with exactly what was bound (unbound the same way)
         self._applied: dict[str, tuple[Placement, PodRequest]] = {}
         self._guessed: set[str] = set()  # pods whose GPUs are counted as a guess (logged once each)
@@ -202,6 +227,7 @@ class Ledger:
     # -- the cluster state -------------------------------------------------------------------------
 
     def _build(self) -> ClusterState:
+        self.builds += 1
         names = sorted(self._nodes)
         nodes = [self._nodes[n] for n in names]
         width = max([1, *(n.gpu_count for n in nodes)])
@@ -215,6 +241,8 @@ class Ledger:
             width=width,
         )
         self._state, self._rows, self._applied = state, {n: i for i, n in enumerate(names)}, {}
+        self._names, self._dead, self._guessing = names, [], set()
+        self._rank = np.arange(len(names), dtype=np.int64)
         self._order_key = state.crc_key() if self.policy.default_order is Order.CRC else None
         self._scores.clear()
         self._version, self._changed = 0, np.zeros(len(names), dtype=np.int64)
@@ -228,7 +256,7 @@ class Ledger:
                 self._apply(holding)
             except Exception:  # a holding the state cannot take is refused alone, not the whole ledger
                 log.exception("pod cannot be counted; left out: %s on %s", holding.pod, holding.node)
-                self._holdings.pop(holding.uid, None)
+                self._forget(holding.uid)
         return state
 
     def _current(self) -> ClusterState:
@@ -275,13 +303,17 @@ class Ledger:
     def _placement(self, holding: Holding) -> Placement | None:
         row = self._rows.get(holding.node)
         if row is None:
-            return None  # counted once its node is known (the state is rebuilt then)
+            return None  # counted once its node is known (its row is made then)
         if not holding.ask.num_gpu:
             return Placement(node=row, gpus=(), milli=0)
         gpus = self._valid_gpus(holding)
         if gpus is None:
+            self._guessing.add(holding.node)
             gpus = self._guess_gpus(row, holding)
         return Placement(node=row, gpus=gpus, milli=holding.ask.gpu_milli)
+
+    def _is_guess(self, holding: Holding) -> bool:
+        return bool(holding.ask.num_gpu) and self._valid_gpus(holding) is None
 
     def _request(self, ask: Ask, placement: Placement) -> PodRequest:
         """The ask as the simulator's state takes it: its GPU class column is at most ``MAX_GPUS_PER_POD``
@@ -339,6 +371,10 @@ class Ledger:
                 self._scores.popitem(last=False)
             return entry
         self._scores.move_to_end(key)
+        grown = len(self._changed) - entry.score.size
+        if grown > 0:  # rows appended since (nodes joined): touched, so rescored just below
+            entry.score = np.append(entry.score, np.full(grown, -np.inf))
+            entry.gpu = np.append(entry.gpu, np.full(grown, -1, dtype=entry.gpu.dtype))
         dirty = np.flatnonzero(self._changed > entry.stamp)
         if dirty.size:
             result = self.policy.score(state.nodes.take(dirty), ask.request(self._n_models), state.typical)
@@ -350,17 +386,78 @@ class Ledger:
     def _put(self, holding: Holding) -> None:
         old = self._holdings.get(holding.uid)
         if old is not None:
-            self._unapply(old)
+            self._on_node.get(old.node, set()).discard(old.uid)
         self._holdings[holding.uid] = holding
+        self._on_node.setdefault(holding.node, set()).add(holding.uid)
         self._next_expiry_s = min(self._next_expiry_s, holding.expires_s)
-        self._apply(holding)
+        self._count(old, holding)
 
     def _drop(self, uid: str) -> Holding | None:
+        old = self._forget(uid)
+        if old is not None:
+            self._count(old, None)
+        return old
+
+    def _forget(self, uid: str) -> Holding | None:
+        """``uid``'s holding out of the books (not out of the state: ``_count`` does that)."""
         old = self._holdings.pop(uid, None)
         self._guessed.discard(uid)
         if old is not None:
-            self._unapply(old)
+            on = self._on_node.get(old.node)
+            if on is not None:
+                on.discard(uid)
+                if not on:
+                    del self._on_node[old.node]
         return old
+
+    def _count(self, old: Holding | None, new: Holding | None) -> None:
+        """The state after ``old`` was replaced by ``new`` (either may be ``None``). A bind or unbind
+        of that pod alone, except on a node where some GPUs are a guess (before or after): guesses
+        come after every recorded GPU, in uid order, so that node's row is made again
+        (``_derive``), as a full build would make it."""
+        if self._state is None:
+            return
+        again = {
+            h.node
+            for h in (old, new)
+            if h is not None and h.node in self._rows and (h.node in self._guessing or self._is_guess(h))
+        }
+        if old is not None:
+            if old.node in again:
+                self._applied.pop(old.uid, None)
+            else:
+                self._unapply(old)
+        if new is not None and new.node not in again:
+            self._apply(new)
+        for node in sorted(again):
+            self._derive(node)
+
+    def _derive(self, name: str) -> None:
+        """Make ``name``'s row again from the node and the holdings on it, as ``_build`` makes every
+        row: the empty node, then the recorded GPUs, then the guesses, each in uid order."""
+        assert self._state is not None
+        row, info = self._rows[name], self._nodes[name]
+        self.rows_derived += 1
+        self._guessing.discard(name)
+        held = sorted((self._holdings[u] for u in self._on_node.get(name, ())), key=lambda h: h.uid)
+        for h in held:
+            self._applied.pop(h.uid, None)
+        self._state.set_row(
+            row,
+            name=name,
+            cpu_milli=info.cpu_milli,
+            memory_mib=info.memory_mib,
+            gpu_count=info.gpu_count,
+            model_index=self._model_column.get(info.gpu_model, 0),
+        )
+        self._touch(row)
+        recorded = [h for h in held if not self._is_guess(h)]
+        for holding in recorded + [h for h in held if self._is_guess(h)]:
+            try:
+                self._apply(holding)
+            except Exception:  # a holding the state cannot take is refused alone, not the whole ledger
+                log.exception("pod cannot be counted; left out: %s on %s", holding.pod, holding.node)
+                self._forget(holding.uid)
 
     def _expire(self) -> None:
         now = self._clock()
@@ -375,21 +472,87 @@ class Ledger:
     # -- nodes -------------------------------------------------------------------------------------
 
     def upsert_node(self, node: GpuNode) -> None:
+        """A node joined or changed: its row alone is made again (a node wider than every row so far
+        rebuilds the state, on the next read)."""
         with self._mutating():
             if self._nodes.get(node.name) != node:
                 self._nodes[node.name] = node
-                self._state = None
+                self._node_changed(node.name)
 
     def remove_node(self, name: str) -> None:
+        """A node left: its row is emptied and kept for the next node that joins; its pods' holdings
+        stay (counted again if it comes back)."""
         with self._mutating():
             if self._nodes.pop(name, None) is not None:
-                self._state = None
+                self._node_changed(name)
 
     def replace_nodes(self, nodes: Iterable[GpuNode]) -> None:
+        """A full list of the nodes: those gone, new or changed are taken one by one as events are
+        (a list that changes most nodes rebuilds the state instead)."""
         with self._mutating():
             fresh = {n.name: n for n in nodes}
-            if fresh != self._nodes:
-                self._nodes, self._state = fresh, None
+            if fresh == self._nodes:
+                return
+            changed = [n for n in self._nodes if n not in fresh]
+            changed += [name for name, n in fresh.items() if self._nodes.get(name) != n]
+            self._nodes = fresh
+            if len(changed) > max(64, len(fresh) // 4):
+                self._state = None  # most rows change: one build is cheaper
+                return
+            for name in sorted(changed):
+                self._node_changed(name)
+
+    def _node_changed(self, name: str) -> None:
+        """``self._nodes[name]`` is new, changed or gone: the state follows, that row alone."""
+        state = self._state
+        if state is None:
+            return
+        info = self._nodes.get(name)
+        row = self._rows.get(name)
+        if info is None:
+            if row is not None:
+                self._retire(name, row)
+            return
+        if info.gpu_count > state.width:
+            self._state = None  # wider than every row: rebuilt on the next read
+            return
+        if row is None:
+            self._admit(name)
+        self._derive(name)
+
+    def _admit(self, name: str) -> None:
+        """A row for the new node ``name`` (a removed node's, or a new last one), in the node order."""
+        assert self._state is not None
+        place = bisect_left(self._names, name)
+        self._names.insert(place, name)
+        self._rank[self._rank >= place] += 1
+        if self._dead:
+            row = self._dead.pop()
+        else:
+            row = self._state.append_row(name=name, cpu_milli=0, memory_mib=0, gpu_count=0, model_index=0)
+            self._rank = np.append(self._rank, 0)
+            self._changed = np.append(self._changed, 0)
+            if self._order_key is not None:
+                self._order_key = np.append(self._order_key, 0.0)
+        self._rank[row] = place
+        if self._order_key is not None:
+            self._order_key[row] = name_tiebreak([name])[0]
+        self._rows[name] = row
+
+    def _retire(self, name: str, row: int) -> None:
+        """The removed node ``name``'s row: its holdings uncounted, the row an empty node of nothing."""
+        assert self._state is not None
+        for uid in self._on_node.get(name, ()):
+            self._applied.pop(uid, None)
+        del self._rows[name]
+        self._guessing.discard(name)
+        place = bisect_left(self._names, name)
+        del self._names[place]
+        self._rank[self._rank > place] -= 1
+        self._rank[row] = len(self._rank)  # after every live row (never a candidate anyway)
+        self._state.set_row(row, name=name, cpu_milli=0, memory_mib=0, gpu_count=0, model_index=0)
+        self._touch(row)
+        self._dead.append(row)
 
     # -- pods as the API server reports them -------------------------------------------------------
 
@@ -497,9 +660,8 @@ class Ledger:
                 ask = ask_of(pod)
             except PlacementError as exc:
                 reason = f"kubegpu: {exc}"
-                return Decision(
-                    node=None, assignment=None, failed={}, unresolvable=dict.fromkeys(candidates, reason)
-                )
+                refused = _alike(candidates, reason, len(candidates))
+                return Decision(node=None, assignment=None, failed={}, unresolvable=refused)
             choice = self._choose(ask, candidates)
             if choice.node is None:
                 return choice
@@ -543,12 +705,13 @@ class Ledger:
     def _choose(self, ask: Ask, candidates: Sequence[str]) -> Decision:
         state = self._current()
         known = [n for n in candidates if n in self._rows]
-        unknown = {
-            n: "kubegpu: node not known to the extender yet" for n in candidates if n not in self._rows
-        }
+        missing = [n for n in candidates if n not in self._rows]
+        unknown = _alike(missing, "kubegpu: node not known to the extender yet", len(candidates))
         if not known:
             return Decision(node=None, assignment=None, failed={}, unresolvable=unknown)
-        rows = np.array(sorted(self._rows[n] for n in known), dtype=np.int64)
+        # the candidates' rows in node-name order (a fresh state's row order: ties go to the first)
+        rows = np.array([self._rows[n] for n in known], dtype=np.int64)
+        rows = rows[np.argsort(self._rank[rows], kind="stable")]
         request = ask.request(self._n_models)
         cached = self._scored(state, ask)
         score, hint = cached.score[rows], cached.gpu[rows]
@@ -572,7 +735,15 @@ class Ledger:
     def _why_not(self, rows: np.ndarray, ask: Ask) -> dict[str, str]:
         """Why the pod fits none of ``rows``, per node: the first reason that applies, worded without
         the node's own numbers so that kube-scheduler's event counts nodes per reason
-        ("0/1213 nodes are available: 900 kubegpu: no GPU with 1000m free, ...")."""
+        ("0/1213 nodes are available: 900 kubegpu: no GPU with 1000m free, ...").
+
+        At most ``FAILED_NODES_LISTED`` nodes are named (15,000 reasons are 800 KB of JSON for every
+        retry of a pending pod): past that, each reason names some of its nodes and carries its
+        count, "kubegpu: no GPU with 1000m free (14,812 of 15,000 nodes)", so the event still says
+        why and for how many. A node left out is still not feasible (only ``NodeNames`` pass); it
+        carries no reason of ours, so preemption may skip it (recent kube-schedulers treat a node
+        without a status as unresolvable): the nodes named are the ones it is sure to try, and
+        DefaultPreemption samples only 10% of the nodes (at least 100) per attempt anyway."""
         state = self._current()
         n = state.nodes
         need = ask.gpu_milli if ask.num_gpu == 1 else MILLI
@@ -595,7 +766,20 @@ class Ledger:
             default=4,
         )
         names = state.names
-        return {names[int(r)]: reasons[int(c)] for r, c in zip(rows, code, strict=True)}
+        if rows.size <= FAILED_NODES_LISTED:
+            return {names[int(r)]: reasons[int(c)] for r, c in zip(rows, code, strict=True)}
+        # too many to list: each reason names some of its nodes (the first in node order; every reason
+        # at least one, the cap shared out evenly) and says how many nodes it stands for
+        counts = np.bincount(code, minlength=len(reasons))
+        present = sorted((int(c) for c in np.flatnonzero(counts)), key=lambda c: (counts[c], c))
+        out: dict[str, str] = {}
+        left = FAILED_NODES_LISTED
+        for i, c in enumerate(present):
+            quota = min(int(counts[c]), left // (len(present) - i))
+            left -= quota
+            reason = f"{reasons[c]} ({int(counts[c]):,} of {rows.size:,} nodes)"
+            out.update((names[int(r)], reason) for r in rows[code == c][:quota])
+        return out
 
     def _assignment(self, holding: Holding) -> Assignment:
         """The GPUs counted for ``holding`` (its claim, or the guess), by index and UUID."""
@@ -655,7 +839,7 @@ class Ledger:
                     cpu_left_milli=int(n.cpu_left_milli[row]),
                     memory_left_mib=int(n.memory_left_mib[row]),
                 )
-                for row, name in enumerate(state.names)
+                for name, row in ((name, self._rows[name]) for name in self._names)
             }
 
     def node_count(self) -> int:

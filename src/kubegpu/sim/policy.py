@@ -11,7 +11,9 @@ so the simulator's replay engine and a scheduler extender call the same code:
 * ``choose(state, pod, selector)``: the three above on the whole state, a ``Placement`` or ``None``.
 
 ``ClusterState.bind`` / ``unbind`` apply or undo a placement (CPU, memory, GPU milli, pod classes,
-fragmentation). Policies are registered by name in ``POLICIES``.
+fragmentation); ``set_row`` / ``append_row`` make one row an empty node again (a node that joined,
+left or changed) and leave every other row, and its index, as it was. Policies are registered by
+name in ``POLICIES``.
 
 Ordering is not part of any score: ``Order.CRC`` prefers, among the nodes with the best score, the
 one with the highest CRC-32 of its name (a fixed order that every scheduler replica and every run
@@ -266,6 +268,72 @@ class ClusterState:
         n.gpu_free_milli[at] = [rows.free[r] for r in stale]
         n.class_counts[at] = [rows.classes[r] for r in stale]
         n.frag_milli[at] = [rows.frag[r] for r in stale]
+
+    @property
+    def width(self) -> int:
+        """GPU columns per row: the widest node the state can hold without a rebuild."""
+        return int(self.arrays.gpu_free_milli.shape[1])
+
+    def set_row(
+        self, row: int, *, name: str, cpu_milli: int, memory_mib: int, gpu_count: int, model_index: int
+    ) -> None:
+        """Make row ``row`` the empty node ``name`` (every GPU fully free, nothing bound, no pod
+        classes), as ``build`` makes each row; the other rows are untouched. ``gpu_count`` must fit
+        the state's ``width``. With ``gpu_count`` 0 and no CPU or memory the row is a node nobody can
+        use (a removed node's row, kept so that every other row keeps its index)."""
+        if not 0 <= gpu_count <= self.width:
+            raise ValueError(f"a node of {gpu_count} GPUs does not fit a state {self.width} GPUs wide")
+        rows = self.rows()
+        if self.names[row] != name:
+            self.names = (*self.names[:row], name, *self.names[row + 1 :])
+        free = [MILLI] * gpu_count + [0] * (self.width - gpu_count)
+        rows.free[row] = free
+        rows.cpu[row], rows.memory[row] = int(cpu_milli), int(memory_mib)
+        rows.count[row], rows.model[row] = int(gpu_count), int(model_index)
+        rows.classes[row] = [0] * N_CLASSES
+        # read directly by the scorers (``_refresh`` copies only what binds change)
+        self.arrays.gpu_count[row], self.arrays.model_index[row] = gpu_count, model_index
+        frag = self.frag_table().of(int(model_index), int(cpu_milli), tuple(sorted(free)))
+        self.frag_total += frag - rows.frag[row]
+        rows.frag[row] = frag
+        self._stale.add(row)
+
+    def append_row(
+        self, *, name: str, cpu_milli: int, memory_mib: int, gpu_count: int, model_index: int
+    ) -> int:
+        """Add the empty node ``name`` as a new last row (``set_row`` of it) and return its index; the
+        other rows keep theirs. Copies the arrays once (a node joining is rare; reuse a removed node's
+        row with ``set_row`` where there is one)."""
+        n = self.nodes  # current, so that the copies carry every bind so far
+        row = len(self.names)
+        self.arrays = NodeArrays(
+            cpu_left_milli=np.append(n.cpu_left_milli, 0),
+            memory_left_mib=np.append(n.memory_left_mib, 0),
+            gpu_free_milli=np.vstack([n.gpu_free_milli, np.zeros((1, self.width), dtype=np.int64)]),
+            gpu_count=np.append(n.gpu_count, 0),
+            model_index=np.append(n.model_index, 0),
+            class_counts=np.vstack([n.class_counts, np.zeros((1, N_CLASSES), dtype=np.int64)]),
+            frag_milli=np.append(n.frag_milli, 0.0),
+        )
+        rows = self.rows()
+        rows.free.append([0] * self.width)
+        rows.cpu.append(0)
+        rows.memory.append(0)
+        rows.count.append(0)
+        rows.model.append(0)
+        rows.frag.append(0.0)
+        rows.classes.append([0] * N_CLASSES)
+        self.names = (*self.names, name)
+        self._summary = None  # recomputed on next use, one row longer
+        self.set_row(
+            row,
+            name=name,
+            cpu_milli=cpu_milli,
+            memory_mib=memory_mib,
+            gpu_count=gpu_count,
+            model_index=model_index,
+        )
+        return row
 
     def crc_key(self) -> FloatArray:
         """The ``Order.CRC`` key of every row: CRC-32(node name) / 2^32."""

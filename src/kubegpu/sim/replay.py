@@ -8,8 +8,10 @@ once per workload and process, in file order, and reordered), and whenever a sha
 the nodes bound since its last scoring are rescored, up to a few hundred one by one in plain Python
 (``kubegpu.sim.nodescore``, equal bit for bit to the policy's vectorised score, for the registered
 policies), more at once with the policy's vectorised score. Rows where a shape does not fit are not
-rescored for it again (no departures: they never fit again). None of this changes a result: every
-way of finding and rescoring the rows gives the same run (tested).
+rescored for it again (no departures: they never fit again), nor are rows with less memory left
+than any of the cache's shapes asks. The best row is found from per-block maxima (``_Cache.best``),
+so an arrival's work grows with the rows rescored, not with the cluster (issue 57). None of this
+changes a result: every way of finding and rescoring the rows gives the same run (tested).
 
 Protocol (the FGD artifact's): one placement attempt per arrival, no retry, no departures; the
 highest score wins; then the fixed node order (``Order``, the policy's default unless given); then
@@ -78,22 +80,93 @@ class SeedRun:
     gpus: tuple[tuple[int, ...], ...] = ()  # GPU indices each arrival got on its node (() if it failed)
 
 
+BLOCK = 256  # rows per block of the best-row index (``_Cache.best``)
+
+
 class _Cache:
-    """One score group's scores per row and the GPU a shared pod would take; ``seen``: binds scored."""
+    """One score group's scores per row and the GPU a shared pod would take; ``seen``: binds scored.
 
-    __slots__ = ("dead", "gpu", "score", "scorer", "seen")
+    With ``blocks`` it also keeps, per block of ``BLOCK`` rows, the best score and its first row, so
+    that the best row of all (``best``: ``score.argmax()``) costs a scan of the blocks, not of every
+    row: a replay's per-arrival work then grows with the rows rescored, not with the cluster.
+    """
 
-    def __init__(self, n: int, scorer: NodeScorer | None) -> None:
-        self.score = np.full(n, -np.inf)
+    __slots__ = ("_arg", "_buf", "_max", "_stale", "dead", "gpu", "score", "scorer", "seen")
+
+    def __init__(self, n: int, scorer: NodeScorer | None, *, blocks: bool = False) -> None:
+        n_blocks = -(-n // BLOCK) if blocks else 0
+        # the scores, padded with -inf to whole blocks; ``score`` is the first n (a view)
+        self._buf = np.full(max(n, n_blocks * BLOCK), -np.inf)
+        self.score = self._buf[:n]
         self.gpu = np.full(n, -1, dtype=np.int64)
         self.seen = -1  # how many entries of the bind log were scored; -1: nothing scored yet
         self.scorer = scorer
         # rows where the group's pod does not fit: pods only arrive (no departures), so a node's
         # free CPU and GPU never grow again and such a row stays -inf for the rest of the replay
         self.dead = bytearray(n)
+        self._max = np.full(n_blocks, -np.inf)  # per block: the best score ...
+        self._arg = np.zeros(n_blocks, dtype=np.int64)  # ... and the first row that has it
+        self._stale: set[int] = set()  # blocks whose rows were rescored since
 
     def mark_dead(self) -> None:
         self.dead = bytearray((self.score == -np.inf).tobytes())
+
+    def rescored(self, rows: list[int]) -> None:
+        """``rows`` have new scores (block index kept, if any)."""
+        if self._max.size:
+            self._stale.update(r // BLOCK for r in rows)
+
+    def rescored_all(self) -> None:
+        if self._max.size:
+            self._stale = set(range(self._max.size))
+
+    def _refresh(self) -> None:
+        stale, self._stale = self._stale, set()
+        buf = self._buf
+        if len(stale) * 8 > self._max.size:
+            table = buf.reshape(-1, BLOCK)
+            arg = table.argmax(axis=1)
+            self._max = table[np.arange(len(arg)), arg]
+            self._arg = arg + np.arange(0, buf.size, BLOCK)
+            return
+        for b in stale:
+            lo = b * BLOCK
+            i = int(buf[lo : lo + BLOCK].argmax())
+            self._max[b] = buf[lo + i]
+            self._arg[b] = lo + i
+
+    def best(self) -> int:
+        """``score.argmax()``, or -1 when no row scores above ``-inf`` (needs ``blocks``)."""
+        if self._stale:
+            self._refresh()
+        b = int(self._max.argmax())
+        return int(self._arg[b]) if self._max[b] != NEG_INF else -1
+
+    def best_with_memory(self, memory: IntArray, mem: int) -> int:
+        """The first best row where ``memory >= mem`` (the argmax of the scores with ``-inf`` where
+        memory is short), or -1: the best blocks are searched first, every row past a few."""
+        if self._stale:
+            self._refresh()
+        order = np.lexsort((np.arange(self._max.size), -self._max))
+        best, row = NEG_INF, -1
+        buf = self._buf
+        for tries, b in enumerate(order.tolist()):
+            top = self._max[b]
+            if top == NEG_INF or top < best:
+                return row
+            if tries >= MEMORY_TRIES:
+                masked = np.where(memory >= mem, self.score, NEG_INF)
+                row = int(masked.argmax())
+                return row if masked[row] != NEG_INF else -1
+            lo = b * BLOCK
+            part = buf[lo : lo + BLOCK]
+            room = memory[lo : lo + BLOCK] >= mem
+            masked = np.where(room, part[: room.size], NEG_INF)
+            i = int(masked.argmax())
+            value = float(masked[i])
+            if value > best or (value == best and lo + i < row):  # equal scores: the first row
+                best, row = value, lo + i
+        return row
 
 
 def _score_groups(shapes: tuple[PodRequest, ...]) -> tuple[list[int], list[PodRequest]]:
@@ -154,7 +227,7 @@ def _empty_scores(
 
 DEDUPE_ROWS = 128  # above this many rows to rescore, identical node states are scored once
 SET_ROWS = 128  # up to this many binds since a group's last arrival, its dirty rows are found in Python
-MEMORY_TRIES = 4  # best rows that lack a pod's memory looked past before masking the memory
+MEMORY_TRIES = 4  # best blocks searched for a pod's memory before every row is masked
 PER_NODE_ROWS = 384  # below this many rows to rescore, rows are scored one by one in Python
 NEG_INF = float("-inf")
 
@@ -202,7 +275,9 @@ def _first_with_memory(scores: FloatArray, node: int, memory_left: list[int], me
     if the scores ran out, or a row that still lacks it: the caller masks the memory then).
 
     The same row as the argmax of the memory-masked scores: each step drops the current first best
-    row, which the mask would have dropped too. ``scores`` is restored before returning.
+    row, which the mask would have dropped too. ``scores`` is restored before returning. The replay
+    now searches blocks instead (``_Cache.best_with_memory``); this row-by-row form is unused
+    (kept with its unit test for now).
     """
     dropped: list[tuple[int, float]] = []
     while node >= 0 and memory_left[node] < mem and len(dropped) < MEMORY_TRIES:
@@ -275,6 +350,11 @@ def replay(
     caches: dict[int, _Cache] = {}
     shapes = workload.shape_requests
     group_of, group_pod = _score_groups(shapes)
+    # per score group, the least memory any of its shapes asks: a row with less left can never take
+    # one of its pods again (memory only goes down), so it is dropped from the group's scores
+    group_memory = [1 << 62] * len(group_pod)
+    for sid, gid in enumerate(group_of):
+        group_memory[gid] = min(group_memory[gid], shapes[sid].memory_mib)
     shape_of = workload.pod_shape[seq]
     total_of = workload.shape_total_milli()
     total_list = total_of.tolist()
@@ -317,9 +397,13 @@ def replay(
                     if scorer_policy is not None
                     else None
                 )
-                cache = caches[gid] = _Cache(n, scorer)
+                cache = caches[gid] = _Cache(n, scorer, blocks=plain_select)
                 empty_score, empty_gpu = _empty_scores(workload, placer, gid, group_pod[gid])
-                cache.score, cache.gpu, cache.seen = empty_score[perm], empty_gpu[perm], 0
+                cache.score[:] = empty_score[perm]
+                if group_memory[gid]:
+                    cache.score[state.nodes.memory_left_mib < group_memory[gid]] = NEG_INF
+                cache.gpu, cache.seen = empty_gpu[perm], 0
+                cache.rescored_all()
                 cache.mark_dead()
             seen = cache.seen
             logged = len(bound_log)
@@ -333,41 +417,39 @@ def replay(
                 else:
                     alive = np.frombuffer(dead, dtype=np.uint8) == 0
                     dirty_rows = np.flatnonzero((last_bind >= seen) & alive).tolist()
+                need = group_memory[gid]
                 if cache.scorer is not None and len(dirty_rows) < PER_NODE_ROWS:
                     score_row, score_arr, gpu_arr = cache.scorer, cache.score, cache.gpu
                     for r in dirty_rows:
                         value, gpu_arr[r] = score_row(r)
+                        if memory_left[r] < need:
+                            value = NEG_INF
                         score_arr[r] = value
                         if value == NEG_INF:
                             dead[r] = 1
+                    cache.rescored(dirty_rows)
                 elif dirty_rows:
                     dirty_rows.sort()
                     dirty = np.fromiter(dirty_rows, dtype=np.int64, count=len(dirty_rows))
                     _rescore(
                         placer, state.nodes, dirty=dirty, pod=group_pod[gid], typical=typical, cache=cache
                     )
+                    if need:
+                        cache.score[dirty[state.nodes.memory_left_mib[dirty] < need]] = NEG_INF
+                    cache.rescored(dirty_rows)
                     cache.mark_dead()
             cache.seen = logged
             scores = cache.score
             mem = pod.memory_mib
             if plain_select:
-                node = int(scores.argmax())
-                if scores[node] == NEG_INF:
-                    node = -1
+                node = cache.best()
+                if mem and node >= 0 and memory_left[node] < mem:
+                    node = cache.best_with_memory(state.nodes.memory_left_mib, mem)
             else:
                 masked = mem and not deterministic
                 node = placer.select(_fits_memory(scores, state.nodes, mem) if masked else scores, selector)
-            if mem and node >= 0 and memory_left[node] < mem:  # only after a deterministic select
-                if plain_select:
-                    node = _first_with_memory(scores, node, memory_left, mem)
-                if node >= 0 and memory_left[node] < mem:
-                    masked_scores = _fits_memory(scores, state.nodes, mem)
-                    if plain_select:
-                        node = int(masked_scores.argmax())
-                        if masked_scores[node] == NEG_INF:
-                            node = -1
-                    else:
-                        node = placer.select(masked_scores, selector)
+                if mem and node >= 0 and memory_left[node] < mem:  # only after a deterministic select
+                    node = placer.select(_fits_memory(scores, state.nodes, mem), selector)
             if node >= 0:
                 gpus = place_gpus(state, node, pod, int(cache.gpu[node]), policy_rng)
         if node >= 0:
