@@ -98,6 +98,13 @@ bench: $(STAMP)
 	$(BIN)/python bench/deviceplugin_bench.py
 	$(BIN)/python bench/agent_soak.py
 
+## Mutation testing of the code that decides GPUs (bench/mutation.py, docs/testing.md): the allocator, the
+## extender's ledger, the share hand-out and the health policy; 80 sampled mutants a module, one at a
+## time (about 15 minutes on 2 cores). Not part of `test`.
+.PHONY: mutation
+mutation: $(STAMP)
+	$(BIN)/python bench/mutation.py --max-mutants 80 --workers 1
+
 ## NVIDIA's GFD v0.17.4 (built for the oracle test, tests/oracle/build.sh, cached in the rig cache) copied
 ## to build/oracle, where bench/gpu_smoke.sh finds it: the device tool carries build/oracle (docs/gpu-smoke.md).
 .PHONY: gpu-smoke-prep

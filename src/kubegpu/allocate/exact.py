@@ -22,7 +22,7 @@ is exact on every topology:
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from kubegpu.allocate.request import check_request
 from kubegpu.allocate.tree import Block, Clique, Split, TreeNode, group_tree
@@ -45,14 +45,25 @@ class _Sol:
 
 @dataclass(frozen=True, kw_only=True)
 class Choice:
-    """The chosen GPUs (sorted) and their total cost."""
+    """The chosen GPUs (sorted) and their total cost; ``searched`` is the search effort: the nodes the
+    branch and bound expanded (0 where the group tree left nothing to search). Not part of equality."""
 
     devices: tuple[int, ...]
     cost_units: int
+    searched: int = field(default=0, compare=False)
 
     @property
     def cost(self) -> float:
         return self.cost_units / 1000
+
+
+class _Stats:
+    """Search effort of one choice (``Choice.searched``)."""
+
+    __slots__ = ("searched",)
+
+    def __init__(self) -> None:
+        self.searched = 0
 
 
 def _restrict(node: TreeNode, avail: frozenset[int]) -> TreeNode | None:
@@ -107,7 +118,7 @@ def _greedy_units(forced: list[int], cands: list[int], need: int, units: Units, 
 
 
 def _best_subset(
-    members: tuple[int, ...], must: frozenset[int], k: int, units: Units, group_size: int
+    members: tuple[int, ...], must: frozenset[int], k: int, units: Units, group_size: int, *, stats: _Stats
 ) -> _Sol | None:
     """Branch and bound over ``members``: the lexicographically first subset of minimum cost.
 
@@ -138,6 +149,7 @@ def _best_subset(
 
     def dfs(pos: int, cost: int, left: int) -> None:
         nonlocal best_units, best
+        stats.searched += 1
         if left == 0:
             if best_units < 0 or cost < best_units:
                 best_units = cost
@@ -170,13 +182,20 @@ def _best_subset(
 
 
 def _solve_block(
-    node: Block, must: frozenset[int], hi: int, units: Units, *, exact: bool, allowed: frozenset[int] | None
+    node: Block,
+    must: frozenset[int],
+    hi: int,
+    units: Units,
+    *,
+    exact: bool,
+    allowed: frozenset[int] | None,
+    stats: _Stats,
 ) -> dict[int, _Sol]:
     out: dict[int, _Sol] = {}
     pool = tuple(m for m in node.members if allowed is None or m in allowed)
     lo = hi if exact else sum(1 for m in pool if m in must)
     for k in range(lo, min(len(pool), hi) + 1):
-        sol = _best_subset(pool, must, k, units, len(node.members))
+        sol = _best_subset(pool, must, k, units, len(node.members), stats=stats)
         if sol is not None:
             out[k] = sol
     return out
@@ -188,6 +207,7 @@ def _solve(
     hi: int,
     units: Units,
     *,
+    stats: _Stats,
     exact: bool = False,
     allowed: frozenset[int] | None = None,
 ) -> dict[int, _Sol]:
@@ -198,10 +218,10 @@ def _solve(
     if isinstance(node, Clique):
         return _solve_clique(node, must, hi, allowed)
     if isinstance(node, Block):
-        return _solve_block(node, must, hi, units, exact=exact, allowed=allowed)
+        return _solve_block(node, must, hi, units, exact=exact, allowed=allowed, stats=stats)
     table: dict[int, _Sol] = {0: _Sol(0, (), ())}
     for child in node.children:
-        options = _solve(child, must, hi, units, allowed=allowed)
+        options = _solve(child, must, hi, units, allowed=allowed, stats=stats)
         nxt: dict[int, _Sol] = {}
         for total, left in table.items():
             for k, right in options.items():
@@ -227,12 +247,15 @@ def choose_scored(
     tree = _restrict(group_tree(topology), avail)
     assert tree is not None  # avail is not empty here
     units = topology.units
-    sol = _solve(tree, must, count, units, exact=True).get(count)
+    stats = _Stats()
+    sol = _solve(tree, must, count, units, exact=True, stats=stats).get(count)
     if sol is None:  # pragma: no cover - every size up to len(avail) is reachable
         raise AllocationError(f"no set of {count} GPUs contains the must-include GPUs")
     if topology.numa and not topology.on_one_numa_node(sol.chosen):
-        sol = _prefer_one_numa_node(topology, tree=tree, avail=avail, must=must, count=count, best=sol)
-    return Choice(devices=sol.chosen, cost_units=sol.units)
+        sol = _prefer_one_numa_node(
+            topology, tree=tree, avail=avail, must=must, count=count, best=sol, stats=stats
+        )
+    return Choice(devices=sol.chosen, cost_units=sol.units, searched=stats.searched)
 
 
 def _prefer_one_numa_node(
@@ -243,6 +266,7 @@ def _prefer_one_numa_node(
     must: frozenset[int],
     count: int,
     best: _Sol,
+    stats: _Stats,
 ) -> _Sol:
     """The best set on one NUMA node that costs as little as ``best``, else ``best`` itself."""
     numa = topology.numa
@@ -252,7 +276,7 @@ def _prefer_one_numa_node(
         allowed = frozenset(g for g in avail if numa[g] == node)
         if len(allowed) < count or not must <= allowed:
             continue
-        sol = _solve(tree, must, count, topology.units, exact=True, allowed=allowed).get(count)
+        sol = _solve(tree, must, count, topology.units, exact=True, allowed=allowed, stats=stats).get(count)
         if sol is not None and sol.units == best.units and (found is None or sol < found):
             found = sol
     return best if found is None else found
