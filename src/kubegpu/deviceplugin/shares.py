@@ -528,6 +528,7 @@ class ShareBroker:
                 by_uuid[h.uuid.lower()] for h in self.ledger.handouts() if h.uuid.lower() in by_uuid
             )
         out: set[int] = set()
+        holding = {str((p.get("metadata") or {}).get("uid", "")) for p in pods if _holds_gpu(p)}
         for pod in pods:
             if not _live(pod) or not _milli_containers(pod):
                 continue
@@ -541,5 +542,11 @@ class ShareBroker:
                 gpu = by_uuid.get(assignment.uuids[i].lower()) if assignment.uuids else index
                 if gpu is not None:
                     out.add(gpu)
-        out |= {by_uuid[h.uuid.lower()] for h in self.ledger.handouts() if h.uuid.lower() in by_uuid}
+        # hand-outs whose pod still runs on its GPU (terminating included): a finished or deleted share
+        # pod's GPU is free again at once, not at the next listing that prunes the ledger
+        out |= {
+            by_uuid[h.uuid.lower()]
+            for h in self.ledger.handouts()
+            if h.uuid.lower() in by_uuid and h.pod_uid in holding
+        }
         return frozenset(out)

@@ -650,6 +650,8 @@ class Ledger:
             if old is not None and old.kind is not HoldKind.RESERVED:  # bound, or its bind in flight
                 node = old.node if old.node in candidates else None
                 others = {n: f"kubegpu: pod is placed on {old.node}" for n in candidates if n != old.node}
+                if node:
+                    self._current()  # a guessed claim's GPUs are known once the state is built
                 assignment = self._assignment(old) if node else None
                 return Decision(node=node, assignment=assignment, failed=others, unresolvable={})
             if old is not None:

@@ -306,6 +306,19 @@ def test_a_gpu_handed_out_stays_shared_while_its_pod_terminates(tmp_path: Path) 
     assert b.ledger.handouts() == () and b.shared_gpus() == frozenset()
 
 
+def test_a_finished_share_pods_gpu_is_not_shared_even_before_a_listing_prunes_the_ledger(
+    tmp_path: Path,
+) -> None:
+    """The hand-out ledger still names the GPU of a share pod that has just finished (no listing has
+    pruned it yet): the GPU is free for a whole-GPU pod at once."""
+    pod = share_pod("a", 4)
+    b = broker(tmp_path, [pod])
+    b.hand_out(500, check=ok)
+    pod["status"]["phase"] = "Succeeded"
+    assert [h.pod for h in b.ledger.handouts()] == ["a"]  # nothing pruned it yet
+    assert b.shared_gpus() == frozenset()
+
+
 def test_a_listing_forgets_the_hand_outs_of_pods_gone_or_finished_and_keeps_the_others(
     tmp_path: Path,
 ) -> None:

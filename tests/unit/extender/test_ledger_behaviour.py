@@ -297,9 +297,18 @@ def test_a_pod_of_another_scheduler_filtered_again_is_answered_with_its_guessed_
     book.observe_pod(bound("first", "n1", gpus=(0,)))
     book.observe_pod(gpu_pod("other", gpus=1, node="n1", phase="Running"))  # no assignment: guessed
     assert book.snapshot()["n1"].gpu_free_milli == (0, 0)
-    # (the answer is read from the counted state; before anything has built it, it is the pod's
-    # recorded claim: none here. Reported in issue 61's notes.)
     decision = book.decide(gpu_pod("other", gpus=1), ["n1"])
+    assert decision.node == "n1" and decision.assignment is not None
+    assert decision.assignment.gpus == (1,)
+
+
+def test_a_guessed_pod_filtered_again_before_anything_built_the_state_gets_its_guessed_gpus() -> None:
+    """The answer is read from the counted state: it is built first, so a pod of another scheduler
+    whose GPUs are a guess is answered with them, not with the empty claim it came with."""
+    book = ledger([gpu_node("n1", 2)])
+    book.observe_pod(bound("first", "n1", gpus=(0,)))
+    book.observe_pod(gpu_pod("other", gpus=1, node="n1", phase="Running"))  # no assignment: guessed
+    decision = book.decide(gpu_pod("other", gpus=1), ["n1"])  # nothing read the state before
     assert decision.node == "n1" and decision.assignment is not None
     assert decision.assignment.gpus == (1,)
 
