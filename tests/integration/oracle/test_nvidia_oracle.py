@@ -456,12 +456,24 @@ def _unhealthy(side: Side) -> dict[str, list[str]]:
     }
 
 
+def _settle(side: Side, *, quiet_s: float = 1.5, limit_s: float = 15.0) -> None:
+    """Wait until the side's unhealthy devices stop changing for ``quiet_s`` (at most ``limit_s``)."""
+    deadline = time.monotonic() + limit_s
+    seen, since = _unhealthy(side), time.monotonic()
+    while time.monotonic() < deadline and time.monotonic() - since < quiet_s:
+        time.sleep(0.1)
+        now = _unhealthy(side)
+        if now != seen:
+            seen, since = now, time.monotonic()
+
+
 def _compare_health(c: Comparison, case: Plugin, host: Host, nv: Side, kg: Side) -> None:
     other = 1 - case.xid_gpu if case.xid_gpu < 2 else 0
     host.event(case.xid_gpu, "xid", 79)  # "GPU has fallen off the bus": fatal for both
     host.event(other, "xid", 13)  # "Graphics engine exception": the application's, ignored by both
     for side in (nv, kg):
         side.kubelet.wait_for(lambda s=side: any(_unhealthy(s).values()), 20)  # type: ignore[misc]
+        _settle(side)  # each resource streams its own update: one marked is not all of them marked
     a, b = _unhealthy(nv), _unhealthy(kg)
     assert any(a.values()), (
         f"NVIDIA's plugin marked nothing unhealthy after XID 79:\n{nv.process.log[-2000:]}"
