@@ -57,10 +57,9 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 AGENT_SECONDS = 30  # --agent-seconds
 GFD_DEFAULT = REPO / "build" / "oracle" / "gpu-feature-discovery"  # make gpu-smoke-prep puts it there
-# label keys only one side writes by design (docs/compat.md, "Labels")
-GFD_KNOWN = {
-    "nvidia.com/gpu.present": "kubegpu writes it (charts schedule on it); GFD does not",
-}
+# the differences from NVIDIA's binaries kubegpu keeps, with their reasons (docs/compat.md): the oracle
+# test's list, read here too so that the device check and the test cannot disagree
+ALLOWED = REPO / "tests" / "integration" / "oracle" / "allowed_differences.yaml"
 
 
 @dataclass
@@ -203,14 +202,28 @@ def read_gfd_labels(text: str) -> dict[str, str]:
 
 
 def gfd_rows(gfd: dict[str, str], ours: dict[str, Any]) -> list[dict[str, Any]]:
-    """One row per label key either side writes under nvidia.com/: GFD's value, kubegpu's, agree."""
+    """One row per label key either side writes under nvidia.com/: GFD's value, kubegpu's, whether they
+    agree, and the reason docs/compat.md gives where they differ on purpose ("" where it gives none)."""
+    if str(REPO) not in sys.path:
+        sys.path.insert(0, str(REPO))
+    from tests.oracle.harness import Difference, load_allowed
+
+    allowed = [a for a in load_allowed(ALLOWED) if a.area == "labels"]
     rows = []
     keys = sorted(k for k in set(gfd) | set(ours) if k.startswith("nvidia.com/"))
     for key in keys:
         want, got = gfd.get(key), ours.get(key)
-        rows.append({"label": key, "gfd": want, "kubegpu": got, "agree": want == got,
-                     "known": GFD_KNOWN.get(key, "")})  # fmt: skip
+        seen = Difference("labels", "real GPU", key, _label_text(want), _label_text(got))
+        known = next((a.reason for a in allowed if a.allows(seen)), "")
+        rows.append({"label": key, "gfd": want, "kubegpu": got, "agree": want == got, "known": known})
     return rows
+
+
+def _label_text(value: str | None) -> str:
+    """A label value as the oracle's list writes it (an absent label is ``<absent>``)."""
+    from tests.oracle.harness import ABSENT
+
+    return ABSENT if value is None else value
 
 
 def gfd_step(smoke: Smoke, gfd: Path, work: Path) -> list[dict[str, Any]] | None:
