@@ -14,8 +14,6 @@ from kubegpu.extender import podpage
 from kubegpu.extender.podfacts import facts_of
 from tests.unit.extender.test_fuzz import hostile_pod
 
-pytestmark = pytest.mark.skipif(not podpage.FAST, reason="msgspec is not installed: one reading only")
-
 
 def page(items: list[Any], **meta: str) -> bytes:
     return json.dumps({"kind": "PodList", "metadata": meta, "items": items}).encode()
