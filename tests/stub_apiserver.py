@@ -96,6 +96,14 @@ class StubApiServer:
             self._cond.notify_all()
             return c.version
 
+    def push_raw(self, path: str, line: bytes) -> None:
+        """A watch line that is no event object at all (hostile-input tests; ``push`` takes objects)."""
+        with self._cond:
+            c = self._collections[path]
+            c.version += 1
+            c.events.append((c.version, line + b"\n"))
+            self._cond.notify_all()
+
     def expire(self, path: str) -> None:
         """Forget the history: a watch from any version before now answers 410 Gone."""
         with self._cond:

@@ -34,20 +34,10 @@ STEPS = 250
 GPUS = 4
 
 
-class Stub(StubApiServer):
-    def push_raw(self, path: str, line: bytes) -> None:
-        """A watch line that is no event object at all (the stub's ``push`` takes objects)."""
-        with self._cond:
-            c = self._collections[path]
-            c.version += 1
-            c.events.append((c.version, line + b"\n"))
-            self._cond.notify_all()
-
-
 class Binder:
     """The API side of bind: the pods the test created; a bind is written and shown on the watch."""
 
-    def __init__(self, stub: Stub) -> None:
+    def __init__(self, stub: StubApiServer) -> None:
         self.stub = stub
         self.pods: dict[str, dict[str, Any]] = {}
         self.placed: dict[str, tuple[str, tuple[int, ...], int]] = {}  # uid -> node, GPUs, milli
@@ -117,7 +107,7 @@ def wait(what: str, check: Any, timeout_s: float = 60) -> None:
 
 def test_hostile_http_and_watch_input_never_kill_a_thread_or_overcommit_a_gpu(tmp_path: Path) -> None:
     rng = random.Random(SEED)
-    stub = Stub()
+    stub = StubApiServer()
     stub.serve(NODES, [node_object(n, str(GPUS)) for n in CLEAN + DIRTY])
     stub.serve(PODS, [])
     url = stub.start()
