@@ -374,6 +374,10 @@ class ProbeServer:
         """The bound port (useful with port 0)."""
         return self._endpoint.port
 
+    def connection_count(self) -> int:
+        """Connections being served now."""
+        return self._endpoint.connection_count()
+
     def _respond(self, path: str) -> Reply:
         check = self._checks.get(path)
         if check is None:

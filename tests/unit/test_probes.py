@@ -6,6 +6,7 @@ import json
 import select
 import socket
 import threading
+import time
 import urllib.error
 import urllib.request
 
@@ -142,8 +143,14 @@ def test_at_the_connection_cap_a_probe_still_gets_in_by_closing_the_oldest_idle_
     limits = ConnectionLimits(max_connections=4, request_timeout_s=30)
     server = ProbeServer("127.0.0.1:0", healthz=_ok, readyz=_ok, limits=limits)
     server.start()
-    idle = [socket.create_connection(("127.0.0.1", server.port), timeout=10) for _ in range(4)]
+    idle = []
     try:
+        for _ in range(4):  # one at a time, each taken in by the server before the next: their age order
+            idle.append(socket.create_connection(("127.0.0.1", server.port), timeout=10))
+            deadline = time.monotonic() + 10
+            while server.connection_count() < len(idle) and time.monotonic() < deadline:
+                time.sleep(0.01)
+        assert server.connection_count() == 4
         assert _get(server.port, "/healthz") == (200, {"ok": True})
         assert _closed_by_server(idle[0]), "the oldest idle connection made room"
         assert _get(server.port, "/readyz") == (200, {"ok": True})
